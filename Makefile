@@ -1,0 +1,43 @@
+# One-command set-up: every target below creates .venv and installs the project on first use.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test test-fast lint bench protos gpu-check clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job: the end-to-end demo on the embedded default.
+demo: $(STAMP)
+	$(PY) -m evalfarm.demo
+
+# The whole CPU test suite (GPU tests are skipped without a GPU).
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -m "not gpu" --durations=15
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not gpu and not slow" -x
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+# Benchmarks (see docs/benchmarks.md). On a GPU host: make bench DEVICE=cuda
+DEVICE ?= cpu
+bench: $(STAMP)
+	$(PY) -m evalfarm.bench --device $(DEVICE)
+
+protos: $(STAMP)
+	bash scripts/gen_protos.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

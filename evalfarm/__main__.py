@@ -1,0 +1,5 @@
+import sys
+
+from evalfarm.cli import main
+
+sys.exit(main())

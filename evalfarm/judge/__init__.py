@@ -1,0 +1,1 @@
+"""The trusted judge and the untrusted candidate worker it drives."""

@@ -1,0 +1,61 @@
+"""Inputs drawn through the task's own get_inputs under a secret per-evaluation seed.
+
+The seed for round r is derived from a 256-bit secret held only by the judge, so the
+candidate can neither read nor reproduce it. Where the task allows, inputs are created
+directly on the device (``with torch.device(dev)``), so 1000 inputs cost no host-to-device
+copies; a task whose get_inputs cannot run that way falls back to host generation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import secrets
+import types
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class InputSource:
+    def __init__(self, task_module: types.ModuleType, device: str, secret: bytes | None = None) -> None:
+        self.module = task_module
+        self.device = torch.device(device)
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
+        self.on_device = self.device.type != "cpu"
+
+    def seed_for(self, purpose: str, index: int) -> int:
+        h = hashlib.blake2b(f"{purpose}:{index}".encode(), key=self._secret, digest_size=8)
+        return int.from_bytes(h.digest(), "little") & ((1 << 63) - 1)
+
+    def _seeded(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % (1 << 32))
+
+    def init_inputs(self) -> list[Any]:
+        self._seeded(self.seed_for("init", 0))
+        return list(self.module.get_init_inputs())
+
+    def weight_seed(self) -> int:
+        return self.seed_for("weights", 0)
+
+    def inputs(self, index: int) -> list[Any]:
+        """The inputs of round ``index``, on the device."""
+        seed = self.seed_for("inputs", index)
+        if self.on_device:
+            try:
+                self._seeded(seed)
+                with self.device:
+                    values = list(self.module.get_inputs())
+                return [self._to_device(v) for v in values]
+            except Exception:  # noqa: BLE001 - task cannot generate on the device
+                self.on_device = False
+        self._seeded(seed)
+        return [self._to_device(v) for v in self.module.get_inputs()]
+
+    def _to_device(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(self.device)
+        return value

@@ -1,0 +1,89 @@
+"""What a scoring returns: a verdict, a score and the evidence behind it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from evalfarm.verdict import Verdict
+
+
+@dataclasses.dataclass
+class TimingEvidence:
+    """How the speedup was measured."""
+
+    rounds: int = 0  # timed paired rounds used for the score (warm-up excluded)
+    bucket_means: list[float] = dataclasses.field(default_factory=list)
+    bucket_variance: float = 0.0  # variance of bucket means / score^2
+    ci_low: float = 0.0
+    ci_high: float = 0.0
+    stable: bool = True  # False when the bucket spread stayed above the limit
+    remeasured: int = 0  # times the rounds were discarded for spread and measured again
+    raw_speedup: float = 0.0  # median of bucket means before rounding
+    ref_time_us_median: float = 0.0  # whole-call time (device-synchronised wall clock)
+    cand_time_us_median: float = 0.0
+    ref_event_us_median: float | None = None  # CUDA-event time of the same calls (GPU only)
+    cand_event_us_median: float | None = None
+    event_wall_gap: float | None = None  # cand wall/event ratio; large means work off the timed stream
+    audited_rounds: int = 0
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass
+class Evidence:
+    device: str = ""
+    device_name: str = ""
+    clocks: dict[str, Any] = dataclasses.field(default_factory=dict)
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    size_profile: str = "default"
+    correctness_inputs: int = 0
+    inputs_on_device: bool = False
+    worst_error: dict[str, Any] = dataclasses.field(default_factory=dict)
+    timing: TimingEvidence | None = None
+    build: dict[str, Any] = dataclasses.field(default_factory=dict)
+    phases_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    guards: list[str] = dataclasses.field(default_factory=list)  # guard notes (what fired, or warnings)
+    reverified: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class ScoreResult:
+    verdict: Verdict
+    speedup: float | None = None  # rounded score; None unless verdict is OK
+    detail: str = ""  # human-readable reason for a non-OK verdict
+    evidence: Evidence = dataclasses.field(default_factory=Evidence)
+    task: str = ""
+    candidate_sha256: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["verdict"] = self.verdict.value
+        return out
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScoreResult:
+        ev = dict(data.get("evidence") or {})
+        timing = ev.pop("timing", None)
+        evidence = Evidence(**ev)
+        if timing is not None:
+            evidence.timing = TimingEvidence(**timing)
+        return cls(
+            verdict=Verdict(data["verdict"]),
+            speedup=data.get("speedup"),
+            detail=data.get("detail", ""),
+            evidence=evidence,
+            task=data.get("task", ""),
+            candidate_sha256=data.get("candidate_sha256", ""),
+        )
+
+    @classmethod
+    def failure(cls, verdict: Verdict, detail: str, **kwargs: Any) -> ScoreResult:
+        return cls(verdict=verdict, speedup=None, detail=detail, **kwargs)

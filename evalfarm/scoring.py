@@ -1,0 +1,233 @@
+"""Scoring one candidate: build, then judge. Usable without any server.
+
+    result = evalfarm.score("L1/1", "candidate.py", ScoreConfig(device="cpu"))
+
+The calling process never initialises CUDA and never runs candidate code: the build
+runs in a sandboxed child of the build pool, the judge in a child of its own, and the
+candidate in a child of the judge. ``start`` returns a handle that can be waited on with
+a timeout or cancelled, which kills every process of the evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from evalfarm import sandbox
+from evalfarm.build import BuildPool, BuildReport
+from evalfarm.config import ScoreConfig
+from evalfarm.devices import build_arch
+from evalfarm.guards import CandidateSyntaxError, GuardPolicy, check_candidate_source
+from evalfarm.judge import wire
+from evalfarm.result import Evidence, ScoreResult
+from evalfarm.tasks.format import Candidate, Task, load_candidate_file, parse_candidate, parse_task
+from evalfarm.tasks.suite import resolve_task
+from evalfarm.verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+_default_pool: BuildPool | None = None
+_default_pool_lock = threading.Lock()
+
+
+def default_build_pool() -> BuildPool:
+    global _default_pool
+    with _default_pool_lock:
+        if _default_pool is None:
+            _default_pool = BuildPool(max_workers=max(1, (os.cpu_count() or 2) // 2))
+        return _default_pool
+
+
+def as_task(task: Task | str | Path) -> Task:
+    if isinstance(task, Task):
+        return task
+    text = str(task)
+    if "\n" in text and "class Model" in text:
+        return parse_task(text, "inline_task")
+    return resolve_task(text)
+
+
+def as_candidate(candidate: Candidate | str | Path) -> Candidate:
+    if isinstance(candidate, Candidate):
+        return candidate
+    text = str(candidate)
+    if "\n" in text or "class ModelNew" in text:
+        return parse_candidate(text)
+    return load_candidate_file(text)
+
+
+def _overall_timeout(cfg: ScoreConfig) -> float:
+    return cfg.load_timeout_s + 4 * cfg.timing_budget_s + 900.0
+
+
+class Evaluation:
+    """A running scoring: wait for it with ``result()``, stop it with ``cancel()``."""
+
+    def __init__(self, task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool) -> None:
+        self.task, self.candidate, self.config, self.pool = task, candidate, config, pool
+        self._done = threading.Event()
+        self._result: ScoreResult | None = None
+        self._cancelled = False
+        self._lock = threading.Lock()
+        self._judge: subprocess.Popen | None = None
+        self._worker_pgid: int | None = None
+        self._thread = threading.Thread(target=self._run, name="evaluation", daemon=True)
+        self._thread.start()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> ScoreResult:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"scoring did not finish within {timeout} s")
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            self._kill()
+
+    def _kill(self) -> None:
+        if self._worker_pgid is not None:
+            try:
+                os.killpg(self._worker_pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self._judge is not None:
+            sandbox.kill_group(self._judge)
+
+    def _finish(self, result: ScoreResult) -> None:
+        result.task = result.task or self.task.name
+        result.candidate_sha256 = self.candidate.sha256
+        if self._cancelled:
+            result = ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled", evidence=result.evidence,
+                                         task=result.task, candidate_sha256=self.candidate.sha256)
+        self._result = result
+        self._done.set()
+
+    def _run(self) -> None:
+        try:
+            self._finish(self._score())
+        except Exception as err:  # noqa: BLE001 - never leave a caller without a result
+            log.exception("scoring failed")
+            self._finish(ScoreResult.failure(Verdict.INFRA_ERROR, f"scoring failed: {type(err).__name__}: {err}"))
+        finally:
+            with self._lock:
+                self._kill()
+
+    def _score(self) -> ScoreResult:
+        cfg = self.config
+        phases: dict[str, float] = {}
+        t0 = time.monotonic()
+        policy = GuardPolicy.from_name(cfg.guard_policy)
+        try:
+            findings = check_candidate_source(self.candidate.source, policy, reference_source=self.task.source)
+        except CandidateSyntaxError as err:
+            return ScoreResult.failure(Verdict.COMPILE_ERROR, str(err))
+        phases["static_guards"] = time.monotonic() - t0
+        if findings:
+            notes = [f"{f.guard}: {f.reason}" for f in findings]
+            return ScoreResult.failure(
+                Verdict.HACK_DETECTED, f"guard {findings[0].guard}: {findings[0].reason}"
+                + (f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""),
+                evidence=Evidence(guards=notes, phases_s=phases))
+        if "ModelNew" not in self.candidate.source:
+            return ScoreResult.failure(Verdict.LOAD_ERROR, "the candidate defines no class ModelNew")
+        try:
+            arch = build_arch(cfg.device)
+        except RuntimeError as err:
+            return ScoreResult.failure(Verdict.INFRA_ERROR, str(err))
+        report: BuildReport = self.pool.build(self.candidate.source, arch, cfg.build_timeout_s)
+        phases["build"] = time.monotonic() - t0
+        build_ev = {**report.to_dict(), "arch": arch}
+        if report.status in ("compile_error", "timeout"):
+            detail = report.log if report.status == "compile_error" else report.log or "build timed out"
+            verdict = Verdict.COMPILE_ERROR
+            return ScoreResult.failure(verdict, detail, evidence=Evidence(build=build_ev, phases_s=phases))
+        if report.status == "error":
+            build_ev["note"] = "build runner failed; the worker builds on a cache miss"
+        if self._cancelled:
+            return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
+        result = self._judge_run(arch)
+        result.evidence.build = {**build_ev, **result.evidence.build}
+        result.evidence.phases_s = {**phases, **result.evidence.phases_s, "total": time.monotonic() - t0}
+        return result
+
+    def _judge_run(self, arch: str) -> ScoreResult:
+        cfg = self.config
+        conn, child_sock = wire.channel_pair()
+        fd = child_sock.fileno()
+        tmp = sandbox.make_private_tmp("evalfarm-judge-")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = sandbox.project_root() + os.pathsep + env.get("PYTHONPATH", "")
+        try:
+            with self._lock:
+                if self._cancelled:
+                    return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
+                self._judge = subprocess.Popen(
+                    [*sandbox.python_cmd("evalfarm.judge.judge"), str(fd)], pass_fds=(fd,), cwd=tmp, env=env,
+                    start_new_session=True, stdin=subprocess.DEVNULL,
+                )
+            child_sock.close()
+            wire.send_json(conn, {
+                "config": cfg.to_dict(), "task_name": self.task.name, "task_source": self.task.source,
+                "size_profiles": self.task.size_profiles, "candidate_source": self.candidate.source,
+                "cache_dir": str(self.pool.cache_dir), "arch": arch,
+            })
+            deadline = time.monotonic() + _overall_timeout(cfg)
+            while True:
+                try:
+                    msg = wire.recv_json(conn, max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    return ScoreResult.failure(Verdict.INFRA_ERROR, "the judge did not answer in time")
+                except wire.PeerClosed:
+                    code = self._judge.poll()
+                    return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended (code {code})")
+                if msg.get("op") == "worker" and isinstance(msg.get("pgid"), int):
+                    with self._lock:
+                        self._worker_pgid = msg["pgid"]
+                        if self._cancelled:
+                            self._kill()
+                elif msg.get("op") == "result":
+                    return ScoreResult.from_dict(msg["result"])
+        finally:
+            conn.close()
+            sandbox.wipe(tmp)
+
+
+def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None) -> Evaluation:
+    """Begin scoring in the background."""
+    return Evaluation(task, candidate, config, build_pool or default_build_pool())
+
+
+def score(task: Task | str | Path, candidate: Candidate | str | Path, config: ScoreConfig | None = None,
+          build_pool: BuildPool | None = None) -> ScoreResult:
+    """Score a candidate against a task: a file path, built-in id/name, or a Task/Candidate."""
+    return start(as_task(task), as_candidate(candidate), config or ScoreConfig(), build_pool).result()
+
+
+def describe(result: ScoreResult) -> str:
+    """A short human summary of a result."""
+    lines = [f"verdict: {result.verdict.value}"]
+    if result.speedup is not None:
+        lines.append(f"speedup: {result.speedup:.2f}x")
+    t = result.evidence.timing
+    if t is not None:
+        lines.append(f"timing:  {t.rounds} rounds, ref {t.ref_time_us_median:.1f} us, cand {t.cand_time_us_median:.1f} us, "
+                     f"95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}], {'stable' if t.stable else 'UNSTABLE'}")
+    if result.evidence.device_name:
+        lines.append(f"device:  {result.evidence.device} ({result.evidence.device_name})")
+    if result.detail:
+        lines.append("detail:  " + result.detail.strip().replace("\n", "\n         "))
+    for g in result.evidence.guards:
+        lines.append(f"guard:   {g}")
+    return "\n".join(lines)
+
+

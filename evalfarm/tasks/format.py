@@ -1,0 +1,174 @@
+"""The KernelBench task and candidate format.
+
+A *task* is a Python file with ``class Model(nn.Module)``, ``get_inputs()`` and
+``get_init_inputs()``, with module-level hyperparameters. A *candidate* is a Python
+file with ``class ModelNew`` taking the same constructor arguments.
+
+Tasks may also carry ``SIZE_PROFILES = {"small": {"batch_size": 4, ...}}``: named sets of
+module-level hyperparameter overrides. The farm uses "small" on CPU so a task sized for a
+GPU stays quick there. Candidates must take sizes from their inputs, never from globals.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+
+class TaskFormatError(ValueError):
+    """A task or candidate file does not follow the format; the message says what is wrong."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str
+    source: str
+    path: str | None = None
+    level: int | None = None
+    size_profiles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict, hash=False)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    def resolve_profile(self, requested: str, device: str) -> str:
+        """The size profile to use: 'default' (the file as written) or a named override set."""
+        if requested == "auto":
+            return "small" if device == "cpu" and "small" in self.size_profiles else "default"
+        if requested != "default" and requested not in self.size_profiles:
+            have = ", ".join(["default", *self.size_profiles]) or "default"
+            raise TaskFormatError(f"task {self.name} has no size profile {requested!r} (has: {have})")
+        return requested
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    source: str
+    name: str = "candidate"
+    path: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+
+def _parse(source: str, what: str, name: str) -> ast.Module:
+    if not source.strip():
+        raise TaskFormatError(f"{what} {name} is empty")
+    try:
+        return ast.parse(source, filename=name)
+    except SyntaxError as err:
+        raise TaskFormatError(
+            f"{what} {name} is not valid Python: line {err.lineno}: {err.msg}"
+        ) from None
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], set[str], set[str]]:
+    classes, functions, assigned = set(), set(), set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            classes.add(node.name)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            functions.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    assigned.add(target.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            assigned.add(node.target.id)
+    return classes, functions, assigned
+
+
+def _literal_profiles(tree: ast.Module, name: str) -> dict[str, dict[str, Any]]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "SIZE_PROFILES" for t in node.targets
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                raise TaskFormatError(
+                    f"task {name}: SIZE_PROFILES must be a literal dict of dicts"
+                ) from None
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, dict) for k, v in value.items()
+            ):
+                raise TaskFormatError(f"task {name}: SIZE_PROFILES must map names to dicts")
+            return value
+    return {}
+
+
+def parse_task(source: str, name: str, path: str | None = None, level: int | None = None) -> Task:
+    """Check a task's structure without running it."""
+    tree = _parse(source, "task", name)
+    classes, functions, _ = _top_level_names(tree)
+    missing = []
+    if "Model" not in classes:
+        missing.append("class Model(nn.Module)")
+    for fn in ("get_inputs", "get_init_inputs"):
+        if fn not in functions:
+            missing.append(f"def {fn}()")
+    if missing:
+        raise TaskFormatError(f"task {name} is missing: {', '.join(missing)}")
+    profiles = _literal_profiles(tree, name)
+    return Task(name=name, source=source, path=path, level=level, size_profiles=profiles)
+
+
+def parse_candidate(source: str, name: str = "candidate", path: str | None = None) -> Candidate:
+    """Check a candidate's structure without running it."""
+    tree = _parse(source, "candidate", name)
+    classes, _, assigned = _top_level_names(tree)
+    if "ModelNew" not in classes and "ModelNew" not in assigned:
+        raise TaskFormatError(f"candidate {name} is missing: class ModelNew(nn.Module)")
+    return Candidate(source=source, name=name, path=path)
+
+
+def read_source(path: str | Path, what: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise TaskFormatError(f"{what} file not found: {p}")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise TaskFormatError(f"{what} file is not valid UTF-8: {p}") from None
+
+
+def load_task_file(path: str | Path, name: str | None = None, level: int | None = None) -> Task:
+    p = Path(path)
+    return parse_task(read_source(p, "task"), name or p.stem, path=str(p), level=level)
+
+
+def load_candidate_file(path: str | Path) -> Candidate:
+    p = Path(path)
+    return parse_candidate(read_source(p, "candidate"), p.stem, path=str(p))
+
+
+def exec_module(source: str, module_name: str, filename: str) -> types.ModuleType:
+    """Execute source as a fresh module registered in sys.modules (dataclasses and pickling need it)."""
+    module = types.ModuleType(module_name)
+    module.__file__ = filename
+    sys.modules[module_name] = module
+    code = compile(source, filename, "exec")
+    exec(code, module.__dict__)  # noqa: S102 - running task/candidate code is the point
+    return module
+
+
+def instantiate_task(task: Task, profile: str) -> types.ModuleType:
+    """Run the task file and apply the size profile's overrides to its globals."""
+    module = exec_module(task.source, f"evalfarm_task_{task.sha256[:16]}", task.path or task.name)
+    for fn in ("get_inputs", "get_init_inputs"):
+        if not callable(getattr(module, fn, None)):
+            raise TaskFormatError(f"task {task.name}: {fn} is not callable")
+    if profile != "default":
+        for key, value in task.size_profiles[profile].items():
+            if key not in module.__dict__:
+                raise TaskFormatError(
+                    f"task {task.name}: size profile {profile!r} overrides unknown global {key!r}"
+                )
+            module.__dict__[key] = value
+    return module

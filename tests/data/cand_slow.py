@@ -1,0 +1,14 @@
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+        self.bias = nn.Parameter(torch.randn(8192))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(30):
+            y = torch.relu(x) * self.scale + self.bias
+        return y

@@ -1,0 +1,87 @@
+"""The content-addressed build cache and the build pool's timeouts."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from evalfarm.build import BuildPool, ExtensionCache
+from evalfarm.build.cache import extension_key, extension_spec
+from evalfarm.build.hook import uses_inline_extensions
+
+
+def test_key_covers_sources_flags_and_toolchain():
+    spec = extension_spec("m", "int f();", None, {"functions": ["f"], "extra_cflags": ["-O2"]})
+    tools = {"torch": "2.13", "arch": "cpu"}
+    k = extension_key(spec, tools)
+    assert k == extension_key(extension_spec("m", ["int f();"], None, {"functions": ["f"], "extra_cflags": ["-O2"]}), tools)
+    assert k != extension_key(extension_spec("m", "int f();", None, {"functions": ["f"], "extra_cflags": ["-O3"]}), tools)
+    assert k != extension_key(spec, {**tools, "arch": "sm_90"})
+    assert k != extension_key(spec, {**tools, "torch": "2.11"})
+
+
+def test_commit_is_atomic_and_stale_dirs_are_swept(tmp_path):
+    cache = ExtensionCache(tmp_path)
+    key = "ab" * 32
+    d = cache.new_build_dir(key)
+    (d / "m.so").write_bytes(b"\x7fELF")
+    (d / "lock").write_text("")  # a torch FileBaton lock must never reach the cache
+    assert cache.lookup(key, "m") is None
+    entry = cache.commit(key, d, {"key": key})
+    assert cache.lookup(key, "m") == entry / "m.so" and not (entry / "lock").exists()
+    stale = cache.new_build_dir("cd" * 32)
+    (stale / "lock").write_text("")
+    old = time.time() - 10 * 3600
+    os.utime(stale, (old, old))
+    assert cache.sweep_stale() == 1 and not stale.exists()
+
+
+def test_candidates_without_extensions_skip_the_pool(tmp_path):
+    assert not uses_inline_extensions("import torch\nclass ModelNew: pass\n")
+    assert uses_inline_extensions("from torch.utils.cpp_extension import load_inline as li\n")
+    with BuildPool(cache_dir=tmp_path) as pool:
+        r = pool.build("import torch\nclass ModelNew: pass\n", "cpu")
+        assert r.status == "skipped" and pool.stats()["skipped"] == 1
+
+
+def test_build_timeout_kills_the_whole_process_group(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    src = (
+        "import subprocess, time\nfrom torch.utils.cpp_extension import load_inline  # noqa\n"
+        f"p = subprocess.Popen(['sleep', '600'])\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(600)\n"
+    )
+    with BuildPool(cache_dir=tmp_path / "cache", timeout_s=8) as pool:
+        t0 = time.monotonic()
+        r = pool.build(src, "cpu")
+        assert r.status == "timeout" and time.monotonic() - t0 < 30
+    pid = int(pid_file.read_text())
+    time.sleep(0.5)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().split()[2]
+        assert state == "Z", "the candidate's child survived the build timeout"
+    except FileNotFoundError:
+        pass  # gone: killed and reaped
+
+
+@pytest.mark.slow
+def test_killed_build_leaves_no_lock_that_blocks_the_next(tmp_path):
+    src = (
+        "import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+        "m = load_inline(name='evalfarm_test_kill', cpp_sources='int twice(int x) { return 2 * x; }',"
+        " functions=['twice'])\nassert m.twice(21) == 42\n"
+    )
+    with BuildPool(cache_dir=tmp_path, timeout_s=3) as pool:
+        assert pool.build(src, "cpu").status == "timeout"  # killed mid-compile
+    leftovers = list((tmp_path / "tmp").iterdir())
+    assert leftovers, "expected the killed build's private dir"
+    with BuildPool(cache_dir=tmp_path, timeout_s=300) as pool:
+        r = pool.build(src, "cpu")
+        assert r.status == "ok", r.log
+        assert [e["cache_hit"] for e in r.extensions] == [False]
+        r2 = pool.build(src, "cpu")
+        assert [e["cache_hit"] for e in r2.extensions] == [True]
+        assert r2.seconds < r.seconds

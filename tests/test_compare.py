@@ -1,0 +1,67 @@
+"""The output comparison: structure, NaN/Inf patterns, dtype- and scale-aware tolerance."""
+
+from __future__ import annotations
+
+import torch
+
+from evalfarm.compare import compare_outputs
+
+
+def test_float32_rounding_noise_passes_and_reports_error():
+    r = torch.randn(256, 256)
+    c = compare_outputs(r + 1e-7 * torch.randn_like(r), r)
+    assert c.ok and 0 < c.rel_l2_error < 1e-5
+
+
+def test_half_precision_downgrade_fails_strict_but_passes_kernelbench():
+    r = torch.randn(256, 256)
+    downgraded = r.half().float()
+    assert not compare_outputs(downgraded, r).ok
+    assert compare_outputs(downgraded, r, "kernelbench").ok
+
+
+def test_one_bad_element_fails_elementwise_and_names_it():
+    r = torch.randn(1000, 100)
+    o = r.clone()
+    o[123, 45] += 0.05
+    c = compare_outputs(o, r)
+    assert not c.ok and c.worst_index == [123, 45] and "[123, 45]" in c.reason
+
+
+def test_constant_output_fails_on_tiny_outputs():
+    r = 1e-4 * torch.randn(4096)
+    assert compare_outputs(torch.zeros_like(r), r, "kernelbench").ok  # the loose check is fooled
+    assert not compare_outputs(torch.zeros_like(r), r).ok
+
+
+def test_nan_and_inf_patterns_must_match():
+    r = torch.randn(10)
+    r[3] = float("nan")
+    r[5] = float("inf")
+    same = r.clone()
+    assert compare_outputs(same, r).ok
+    moved = r.clone()
+    moved[3], moved[4] = 0.0, float("nan")
+    assert "NaN pattern" in compare_outputs(moved, r).reason
+    flipped = r.clone()
+    flipped[5] = -float("inf")
+    assert "Inf pattern" in compare_outputs(flipped, r).reason
+
+
+def test_structure_type_shape_dtype_and_tuples():
+    r = torch.randn(4, 4)
+    assert "shape" in compare_outputs(torch.randn(4, 5), r).reason
+    assert "dtype" in compare_outputs(r.double(), r).reason
+    assert "exactly torch.Tensor" in compare_outputs(torch.nn.Parameter(r), r).reason
+    assert "structure" in compare_outputs((r, r), r).reason
+    assert compare_outputs((r, r.clone()), (r, r)).ok
+    assert not compare_outputs((r, r + 1), (r, r)).ok
+
+
+def test_integer_outputs_are_exact():
+    r = torch.arange(10)
+    assert compare_outputs(r.clone(), r).ok
+    o = r.clone()
+    o[7] += 1
+    c = compare_outputs(o, r)
+    assert not c.ok and c.worst_index == [7]

@@ -1,0 +1,189 @@
+"""End-to-end scoring on CPU: the real judge, worker and build processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.scoring import as_candidate, as_task, score, start
+from evalfarm.tasks import TaskFormatError
+
+QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35)
+
+
+@pytest.fixture(scope="module")
+def task(data_dir):
+    return as_task(str(data_dir / "task_scale.py"))
+
+
+def _score(task, data_dir, name, build_pool, **changes):
+    cfg = QUICK.replace(**changes) if changes else QUICK
+    return score(task, as_candidate(str(data_dir / name)), cfg, build_pool=build_pool)
+
+
+def test_identical_candidate_is_ok_near_one(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_same.py", build_pool)
+    assert r.verdict is Verdict.OK, r.detail
+    assert 0.5 < r.speedup < 2.0
+    t = r.evidence.timing
+    assert t.rounds >= 35 and len(t.bucket_means) == 7
+    assert t.ci_low <= t.raw_speedup <= t.ci_high
+    assert r.evidence.correctness_inputs == 40
+    assert t.audited_rounds >= 40
+    assert r.evidence.versions["torch"]
+
+
+def test_faster_variant_scores_above_one(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_fast.py", build_pool)
+    assert r.verdict is Verdict.OK, r.detail
+    assert r.speedup > 1.2, r.evidence.timing
+
+
+def test_slow_variant_scores_below_one(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_slow.py", build_pool)
+    assert r.verdict is Verdict.OK, r.detail
+    assert r.speedup < 0.5
+
+
+def test_subtly_wrong_is_incorrect_with_location(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_wrong.py", build_pool)
+    assert r.verdict is Verdict.INCORRECT
+    assert "8191" in r.detail and "correctness input 1" in r.detail
+    assert r.speedup is None
+
+
+def test_hang_is_timeout(task, data_dir, build_pool):
+    t0 = time.monotonic()
+    r = _score(task, data_dir, "cand_hang.py", build_pool, min_call_timeout_s=1.0, first_call_timeout_s=2.0)
+    assert r.verdict is Verdict.TIMEOUT, r.detail
+    assert time.monotonic() - t0 < 40
+
+
+def test_exception_in_forward_is_runtime_error(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_raises.py", build_pool)
+    assert r.verdict is Verdict.RUNTIME_ERROR
+    assert "boom in forward" in r.detail
+
+
+def test_import_failure_is_load_error(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_load_error.py", build_pool)
+    assert r.verdict is Verdict.LOAD_ERROR
+    assert "a_module_that_does_not_exist" in r.detail
+
+
+def test_tensor_subclass_output_is_incorrect(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_wrong_type.py", build_pool)
+    assert r.verdict is Verdict.INCORRECT
+    assert "expected exactly torch.Tensor" in r.detail
+
+
+def test_in_place_input_mutation_is_incorrect(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_mutates.py", build_pool)
+    assert r.verdict is Verdict.INCORRECT
+    assert "modified its input" in r.detail
+
+
+def test_global_state_change_is_hack_detected(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_global_state.py", build_pool)
+    assert r.verdict is Verdict.HACK_DETECTED
+    assert "global_state" in r.detail and "allow_tf32" in r.detail
+
+
+def test_state_snapshot_sees_flag_changes_and_rebinding():
+    import torch
+
+    from evalfarm.judge.state import StateSnapshot, set_clean_state
+
+    set_clean_state(torch.get_num_threads())
+    snap = StateSnapshot()
+    assert snap.changes() == []
+    original = torch.matmul
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        torch.matmul = lambda a, b: original(a, b)
+        changes = snap.changes()
+        assert any("cudnn.allow_tf32" in c for c in changes)
+        assert "torch.matmul was rebound" in changes
+    finally:
+        torch.matmul = original
+        set_clean_state(torch.get_num_threads())
+    assert snap.changes() == []
+
+
+def test_compile_error_keeps_compiler_output(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_compile_error.py", build_pool)
+    assert r.verdict is Verdict.COMPILE_ERROR
+    assert "error" in r.detail.lower() and len(r.detail) <= 17_000
+
+
+def test_segfaulting_extension_is_runtime_error_and_cached(task, data_dir, build_pool):
+    before = build_pool.stats()
+    r1 = _score(task, data_dir, "cand_segfault.py", build_pool)
+    assert r1.verdict is Verdict.RUNTIME_ERROR, r1.detail
+    assert "SIGSEGV" in r1.detail
+    mid = build_pool.stats()
+    assert mid["misses"] == before["misses"] + 1
+    r2 = _score(task, data_dir, "cand_segfault.py", build_pool)
+    assert r2.verdict is Verdict.RUNTIME_ERROR
+    after = build_pool.stats()
+    assert after["hits"] == mid["hits"] + 1 and after["misses"] == mid["misses"]
+    assert r2.evidence.build["cache_hits"] == 1
+    # the judge survived the crash and the next evaluation is unaffected
+    ok = _score(task, data_dir, "cand_same.py", build_pool)
+    assert ok.verdict is Verdict.OK
+
+
+def test_cancel_kills_processes_and_returns_infra_error(task, data_dir, build_pool):
+    ev = start(task, as_candidate(str(data_dir / "cand_hang.py")), QUICK.replace(min_call_timeout_s=60.0), build_pool)
+    time.sleep(4.0)
+    ev.cancel()
+    r = ev.result(timeout=30)
+    assert r.verdict is Verdict.INFRA_ERROR and r.detail == "cancelled"
+
+
+def test_malformed_task_and_candidate_are_rejected_before_running(data_dir):
+    with pytest.raises(TaskFormatError, match="get_init_inputs"):
+        as_task("import torch\nclass Model: pass\ndef get_inputs(): return []\n")
+    with pytest.raises(TaskFormatError, match="ModelNew"):
+        as_candidate("import torch\nclass Model:\n    pass\n")
+    with pytest.raises(TaskFormatError, match="not valid Python"):
+        as_candidate("class ModelNew(:\n")
+
+
+def test_cli_json_prints_one_object_and_exit_codes(data_dir, tmp_path):
+    cmd = [sys.executable, "-m", "evalfarm", "score", "--task", str(data_dir / "task_scale.py"),
+           "--candidate", str(data_dir / "cand_wrong.py"), "--inputs", "10", "--budget", "0.5", "--json",
+           "--cache-dir", str(tmp_path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    obj = json.loads(out.stdout)
+    assert obj["verdict"] == "INCORRECT" and obj["speedup"] is None and "evidence" in obj
+    bad = subprocess.run([*cmd[:5], "no_such_task_anywhere", *cmd[6:]], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no task" in bad.stderr
+    missing = subprocess.run([*cmd[:7], str(tmp_path / "nope.py"), *cmd[8:]], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "not found" in missing.stderr
+
+
+def test_syntax_error_candidate_is_compile_error_verdict(task, build_pool):
+    from evalfarm.tasks import Candidate
+
+    r = score(task, Candidate(source="class ModelNew(:\n    pass\n"), QUICK, build_pool=build_pool)
+    assert r.verdict is Verdict.COMPILE_ERROR and "line 1" in r.detail
+
+
+def test_static_guard_fires_before_anything_runs(task, build_pool):
+    from evalfarm.tasks import Candidate
+
+    src = ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+           "    def __init__(self, scale):\n        super().__init__()\n        self.s = torch.cuda.Stream()\n"
+           "    def forward(self, x):\n        return x\n")
+    t0 = time.monotonic()
+    r = score(task, Candidate(source=src), QUICK, build_pool=build_pool)
+    assert r.verdict is Verdict.HACK_DETECTED and "side_stream" in r.detail
+    assert time.monotonic() - t0 < 5 and "judge_setup" not in r.evidence.phases_s
