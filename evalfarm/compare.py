@@ -79,36 +79,47 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict")
             return Comparison(False, f"integer/bool output differs at {idx}", worst_index=idx)
         return Comparison(ok=True)
 
-    # NaN and Inf must appear in exactly the same places (with the same sign for Inf).
-    out_nan, ref_nan = torch.isnan(out), torch.isnan(ref)
-    if not torch.equal(out_nan, ref_nan):
-        idx = _unravel(int((out_nan != ref_nan).flatten().nonzero()[0]), ref.shape)
-        return Comparison(False, f"NaN pattern differs from the reference (first at {idx})", worst_index=idx)
-    out_inf, ref_inf = torch.isinf(out), torch.isinf(ref)
-    if not torch.equal(out_inf, ref_inf) or not torch.equal(out[ref_inf], ref[ref_inf]):
-        bad = (out_inf != ref_inf) | (ref_inf & (out != ref))
-        idx = _unravel(int(bad.flatten().nonzero()[0]), ref.shape)
-        return Comparison(False, f"Inf pattern differs from the reference (first at {idx})", worst_index=idx)
+    if torch.equal(out, ref):  # bit-identical (common for honest candidates): one kernel
+        return Comparison(ok=True)
+    all_finite = bool(torch.isfinite(ref).all()) and bool(torch.isfinite(out).all())
+    if not all_finite:
+        # NaN and Inf must appear in exactly the same places (with the same sign for Inf).
+        out_nan, ref_nan = torch.isnan(out), torch.isnan(ref)
+        if not torch.equal(out_nan, ref_nan):
+            idx = _unravel(int((out_nan != ref_nan).flatten().nonzero()[0]), ref.shape)
+            return Comparison(False, f"NaN pattern differs from the reference (first at {idx})", worst_index=idx)
+        out_inf, ref_inf = torch.isinf(out), torch.isinf(ref)
+        if not torch.equal(out_inf, ref_inf) or not torch.equal(out[ref_inf], ref[ref_inf]):
+            bad = (out_inf != ref_inf) | (ref_inf & (out != ref))
+            idx = _unravel(int(bad.flatten().nonzero()[0]), ref.shape)
+            return Comparison(False, f"Inf pattern differs from the reference (first at {idx})", worst_index=idx)
+        finite = ~(ref_nan | ref_inf)
+        zero = torch.zeros((), dtype=out.dtype, device=out.device)
+        out, ref = torch.where(finite, out, zero), torch.where(finite, ref, zero)
+        n_finite = max(int(finite.sum()), 1)
+    else:
+        n_finite = max(ref.numel(), 1)
 
-    finite = ~(ref_nan | ref_inf)
-    o = torch.where(finite, out, torch.zeros((), dtype=out.dtype, device=out.device)).double()
-    r = torch.where(finite, ref, torch.zeros((), dtype=ref.dtype, device=ref.device)).double()
+    # float64 references are compared in float64; everything else in float32, which resolves
+    # errors far below the tightest float32 tolerance and costs half the memory traffic.
+    work = torch.float64 if ref.dtype in (torch.float64, torch.complex128) else torch.float32
+    o, r = out.to(work), ref.to(work)
     diff = (o - r).abs()
     flat = diff.flatten()
     worst = int(torch.argmax(flat))
     max_abs = float(flat[worst])
-    ref_norm = float(torch.linalg.vector_norm(r))
-    rel_l2 = float(torch.linalg.vector_norm(o - r)) / ref_norm if ref_norm > 0 else max_abs
+    ref_norm = float(torch.linalg.vector_norm(r, dtype=torch.float64))
+    err_norm = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
+    rel_l2 = err_norm / ref_norm if ref_norm > 0 else max_abs
     worst_idx = _unravel(worst, ref.shape)
 
     if policy == "kernelbench":
-        ok = bool(torch.allclose(out, ref, atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL, equal_nan=True))
+        ok = bool(torch.allclose(o, r, atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL, equal_nan=True))
         reason = "" if ok else f"allclose(atol=rtol=1e-2) fails; max abs error {max_abs:.3g} at {worst_idx}"
         return Comparison(ok, reason, rel_l2, max_abs, worst_idx)
 
     max_rel_l2, rtol, atol_frac = STRICT_TOLERANCES.get(ref.dtype, STRICT_TOLERANCES[torch.float32])
-    n_finite = max(int(finite.sum()), 1)
-    rms = (float((r * r).sum()) / n_finite) ** 0.5
+    rms = ref_norm / n_finite**0.5
     if rel_l2 > max_rel_l2:
         return Comparison(
             False,

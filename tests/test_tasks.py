@@ -101,3 +101,15 @@ def test_builtin_suite_resolves_by_id_and_name():
     assert resolve_task(first.name.lower()).name == resolve_task(first.task_id).name
     with pytest.raises(UnknownTaskError):
         resolve_task("definitely_not_a_task")
+
+
+@pytest.mark.parametrize("expr, ok", [("1 << 14", 16384), ("64 * 1024", 65536), ("-(3)", -3),
+                                      ("9**9**9**9", None), ("1 << 100000", None), ("f()", None),
+                                      ("().__class__", None), ("(1 << 62) * (1 << 62)", None)])
+def test_size_profiles_allow_bounded_constant_arithmetic_only(expr, ok):
+    src = RELU.replace('{"small": {"dim": 32}}', '{"small": {"dim": ' + expr + '}}')
+    if ok is None:
+        with pytest.raises(TaskFormatError, match="SIZE_PROFILES"):
+            parse_task(src, "t")
+    else:
+        assert parse_task(src, "t").size_profiles == {"small": {"dim": ok}}

@@ -369,6 +369,7 @@ class Judge:
         while True:
             plans = self._plan_batch(r, n_correct)
             wire.send_json(worker.conn, {"op": "rounds", "rounds": [p.wire for p in plans]})
+            replies = []
             for plan in plans:
                 limit = 2 * self.t_ref_est + self._call_limit_s() + ROUND_SLACK_S
                 if first_batch and plan is plans[0]:
@@ -382,6 +383,11 @@ class Judge:
                 if t_cand / 1e9 > self._call_limit_s() and not (first_batch and plan is plans[0]):
                     raise Verdicted(Verdict.TIMEOUT, f"a call took {t_cand / 1e6:.1f} ms, more than "
                                     f"{cfg.timeout_factor:g}x the reference's {self.t_ref_est * 1e3:.3f} ms")
+                replies.append(res)
+            # Audits run only now, with the worker idle: judge work on the device must never
+            # overlap a timed call.
+            for plan, res in zip(plans, replies, strict=True):
+                t_ref, t_cand = res["t_ref"], res["t_cand"]
                 if plan.audited:
                     audited += 1
                     self._audit(plan, in_correctness=plan.r < n_correct)

@@ -84,13 +84,53 @@ def _top_level_names(tree: ast.Module) -> tuple[set[str], set[str], set[str]]:
     return classes, functions, assigned
 
 
+_BIN_OPS: dict[type, Any] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b, ast.Div: lambda a, b: a / b, ast.Mod: lambda a, b: a % b,
+    ast.LShift: lambda a, b: a << b, ast.RShift: lambda a, b: a >> b,
+}
+_MAX_CONSTANT = 1 << 62
+
+
+def _constant_eval(node: ast.expr) -> Any:
+    """A literal, allowing + - * / // % << >> on numbers (``1 << 14``), with bounded results."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise ValueError("dict unpacking is not a constant")
+        return {_constant_eval(k): _constant_eval(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
+    if isinstance(node, ast.List | ast.Tuple):
+        items = [_constant_eval(e) for e in node.elts]
+        return items if isinstance(node, ast.List) else tuple(items)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        v = _constant_eval(node.operand)
+        if not isinstance(v, int | float):
+            raise ValueError("unary operator on a non-number")
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp) and type(node.op) in _BIN_OPS:
+        a, b = _constant_eval(node.left), _constant_eval(node.right)
+        if not (isinstance(a, int | float) and isinstance(b, int | float)):
+            raise ValueError("arithmetic on a non-number")
+        if isinstance(node.op, ast.LShift) and not 0 <= b <= 62:
+            raise ValueError("shift out of range")
+        try:
+            v = _BIN_OPS[type(node.op)](a, b)
+        except (ZeroDivisionError, OverflowError, TypeError):
+            raise ValueError("bad arithmetic") from None
+        if abs(v) > _MAX_CONSTANT:
+            raise ValueError("constant too large")
+        return v
+    raise ValueError("not a constant expression")
+
+
 def _literal_profiles(tree: ast.Module, name: str) -> dict[str, dict[str, Any]]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "SIZE_PROFILES" for t in node.targets
         ):
             try:
-                value = ast.literal_eval(node.value)
+                value = _constant_eval(node.value)
             except ValueError:
                 raise TaskFormatError(
                     f"task {name}: SIZE_PROFILES must be a literal dict of dicts"
