@@ -1,0 +1,218 @@
+"""`evalfarm score --server ...` and `evalfarm status --server ...` (called from evalfarm.cli).
+
+Exit codes: 0 whenever a verdict was obtained (any verdict); 2 when the tool itself cannot
+run (bad arguments, missing file, daemon unreachable or refusing the request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from evalfarm.client.channel import CHANNEL_OPTIONS, TlsConfig, auth_metadata, read_token_file
+from evalfarm.client.wire import options_to_pb, result_from_pb
+from evalfarm.config import ConfigError
+from evalfarm.v1 import evalfarm_pb2 as pb
+from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
+
+EXIT_TOOL = 2
+DEFAULT_REMOTE_TIMEOUT_S = 1800.0
+BUSY_RETRY_S = 120.0  # how long to keep retrying a daemon that answers RESOURCE_EXHAUSTED
+
+
+class ToolError(Exception):
+    """The command cannot run; the message goes to stderr and the exit code is 2."""
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", required=True, help="daemon HOST:PORT")
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_connection_arguments(parser, token=True)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser, token: bool = False) -> None:
+    """TLS options (and --token-file) for talking to a daemon."""
+    if token:
+        parser.add_argument("--token-file", default=None, help="file holding the bearer token")
+    parser.add_argument("--tls-ca", default=None, help="CA certificate (PEM) to verify the daemon (enables TLS)")
+    parser.add_argument("--tls-cert", default=None, help="client certificate for mTLS")
+    parser.add_argument("--tls-key", default=None, help="client key for mTLS")
+    parser.add_argument("--tls-server-name", default=None, help="expected name in the daemon certificate")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds to wait for the result")
+
+
+def _tls_from(args: argparse.Namespace) -> TlsConfig | None:
+    ca, cert, key = (getattr(args, n, None) for n in ("tls_ca", "tls_cert", "tls_key"))
+    if not (ca or cert or key):
+        return None
+    if bool(cert) != bool(key):
+        raise ToolError("--tls-cert and --tls-key go together")
+    for flag, value in (("--tls-ca", ca), ("--tls-cert", cert), ("--tls-key", key)):
+        if value and not Path(value).is_file():
+            raise ToolError(f"{flag}: file not found: {value}")
+    return TlsConfig(root_ca=ca, client_cert=cert, client_key=key,
+                     server_name=getattr(args, "tls_server_name", None))
+
+
+def _token_from(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "token_file", None)
+    if not path:
+        return None
+    try:
+        return read_token_file(path)
+    except OSError as err:
+        raise ToolError(f"cannot read token file {path}: {err.strerror}") from None
+
+
+def _channel(args: argparse.Namespace) -> grpc.Channel:
+    target = args.server
+    if not target or ":" not in target:
+        raise ToolError(f"--server must be HOST:PORT, got {target!r}")
+    tls = _tls_from(args)
+    options = list(CHANNEL_OPTIONS)
+    if tls is not None:
+        if tls.server_name:
+            options.append(("grpc.ssl_target_name_override", tls.server_name))
+        return grpc.secure_channel(target, tls.credentials(), options=options)
+    return grpc.insecure_channel(target, options=options)
+
+
+def _rpc_error(server: str, err: grpc.RpcError) -> ToolError:
+    code = err.code()
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ToolError(f"cannot reach the evalfarm daemon at {server}: {code.name}: {err.details()}")
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return ToolError(f"the daemon at {server} refused the token: {err.details()} (use --token-file)")
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return ToolError(f"the daemon rejected the request: {err.details()}")
+    return ToolError(f"the daemon at {server} answered {code.name}: {err.details()}")
+
+
+def _build_request(args: argparse.Namespace) -> pb.ScoreRequest:
+    cand_path = Path(args.candidate)
+    if not cand_path.is_file():
+        raise ToolError(f"candidate file not found: {cand_path}")
+    try:
+        source = cand_path.read_bytes()
+        source.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(f"candidate file is not valid UTF-8: {cand_path}") from None
+    spec = str(args.task)
+    task_path = Path(spec)
+    if task_path.suffix == ".py" or task_path.exists():
+        if not task_path.is_file():
+            raise ToolError(f"task file not found: {task_path}")
+        task = pb.TaskRef(source=pb.TaskSource(source=task_path.read_bytes(), name=task_path.stem))
+    else:
+        task = pb.TaskRef(name=spec)
+    options: dict[str, Any] = {}
+    for attr, field in (("inputs", "num_correctness_inputs"), ("budget", "timing_budget_s"),
+                        ("tolerance", "tolerance"), ("size_profile", "size_profile")):
+        value = getattr(args, attr, None)
+        if value is not None:
+            options[field] = value
+    try:
+        opts = options_to_pb(options)
+    except ConfigError as err:
+        raise ToolError(str(err)) from None
+    return pb.ScoreRequest(task=task, options=opts,
+                           candidate=pb.Candidate(source=source, sample_id=cand_path.stem))
+
+
+def run_remote_score(args: argparse.Namespace) -> int:
+    """Score one candidate on a daemon; print like the local `evalfarm score`."""
+    try:
+        request = _build_request(args)
+        metadata = auth_metadata(_token_from(args))
+        timeout = getattr(args, "timeout", None) or DEFAULT_REMOTE_TIMEOUT_S
+        with _channel(args) as channel:
+            stub = pb_grpc.EvalFarmStub(channel)
+            if not args.json:
+                print(f"scoring {args.candidate} against {args.task} on {args.server} ...", file=sys.stderr)
+            reply = _score_with_busy_retry(stub, request, metadata, timeout, args.server)
+    except ToolError as err:
+        print(f"evalfarm: error: {err}", file=sys.stderr)
+        return EXIT_TOOL
+    result = result_from_pb(reply)
+    if args.json:
+        out = result.to_dict()
+        out["host"] = reply.host
+        if reply.evidence.cached:
+            out["cached"] = True
+        print(json.dumps(out))
+    else:
+        from evalfarm.scoring import describe
+
+        print(describe(result))
+        cached = " (cached)" if reply.evidence.cached else ""
+        gpu = f", {reply.gpu_name}" if reply.gpu_name else ""
+        print(f"host:    {reply.host}{gpu}{cached}")
+    return 0
+
+
+def _score_with_busy_retry(
+    stub: pb_grpc.EvalFarmStub, request: pb.ScoreRequest, metadata: Any, timeout: float, server: str
+) -> pb.ScoredSample:
+    end = time.monotonic() + timeout
+    busy_until = time.monotonic() + min(BUSY_RETRY_S, timeout)
+    delay = 0.2
+    while True:
+        try:
+            return stub.Score(request, timeout=max(0.1, end - time.monotonic()), metadata=metadata)
+        except grpc.RpcError as err:
+            if err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() + delay < busy_until:
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            raise _rpc_error(server, err) from None
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Capacity and health of one daemon."""
+    try:
+        metadata = auth_metadata(_token_from(args))
+        timeout = getattr(args, "timeout", None) or 10.0
+        with _channel(args) as channel:
+            try:
+                health = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=timeout
+                )
+                cap = pb_grpc.EvalFarmStub(channel).Capacity(
+                    pb.CapacityRequest(), timeout=timeout, metadata=metadata
+                )
+            except grpc.RpcError as err:
+                raise _rpc_error(args.server, err) from None
+    except ToolError as err:
+        print(f"evalfarm: error: {err}", file=sys.stderr)
+        return EXIT_TOOL
+    info = {
+        "server": args.server,
+        "health": health_pb2.HealthCheckResponse.ServingStatus.Name(health.status),
+        "host": cap.host,
+        "version": cap.version,
+        "device_mode": cap.device_mode,
+        "gpu_names": list(cap.gpu_names),
+        "slots": cap.slots,
+        "free_slots": cap.free_slots,
+        "running": cap.running,
+        "queue_depth": cap.queue_depth,
+        "queue_limit": cap.queue_limit,
+        "draining": cap.draining,
+    }
+    if args.json:
+        print(json.dumps(info))
+    else:
+        gpus = ", ".join(info["gpu_names"]) or "-"
+        print(f"{info['server']}  host {info['host']}  evalfarm {info['version']}  health {info['health']}"
+              f"{'  DRAINING' if cap.draining else ''}")
+        print(f"  mode {cap.device_mode}  gpus: {gpus}")
+        print(f"  slots {cap.free_slots}/{cap.slots} free, {cap.running} running, "
+              f"queue {cap.queue_depth}/{cap.queue_limit}")
+    return 0

@@ -1,0 +1,599 @@
+"""AsyncFarmClient: spread candidates over many daemons and get exactly one result each.
+
+- Dispatch by credit: each daemon may hold `slots + min(queue_allowance, queue_limit)`
+  of this client's requests, less what other clients are running there (from Capacity,
+  polled every `poll_interval_s`). The daemon with the most credit gets the next job.
+- Every submitted sample id gets exactly one final SampleResult: INFRA_ERROR results and
+  lost connections are retried on another daemon (up to `max_attempts`), a daemon that
+  dies has everything in flight re-dispatched, and a per-sample deadline turns into an
+  INFRA_ERROR "deadline exceeded" result, never a hang.
+- Identical submissions (same task, source and options) share one evaluation; the result
+  is fanned out to every sample id.
+- Outlier scores (> 3x, or > 2x the best accepted so far for the task) are re-measured on
+  a different daemon (or, with only one, in a fresh evaluation on the same one) before
+  they are accepted; see `_combine_reverified` for the rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import hashlib
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from evalfarm.client.channel import TlsConfig, auth_metadata, make_channel
+from evalfarm.client.wire import options_to_pb, result_from_pb
+from evalfarm.config import ScoreConfig
+from evalfarm.result import ScoreResult
+from evalfarm.v1 import evalfarm_pb2 as pb
+from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
+from evalfarm.verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+REVERIFY_ABOVE = 3.0  # re-measure any score above this
+REVERIFY_FACTOR = 2.0  # ... or above this multiple of the best accepted score for the task
+REVERIFY_TOLERANCE = 0.10  # the second score must be within 10% of the first
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+                       grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED})
+
+
+@dataclasses.dataclass
+class SampleResult:
+    """The one final result for a sample id."""
+
+    sample_id: str
+    result: ScoreResult
+    host: str = ""
+    gpu_name: str = ""
+    endpoint: str = ""
+    cached: bool = False  # answered from a daemon's or this client's cache
+    deduped: bool = False  # shared an evaluation with another sample id
+    attempts: int = 0
+    error_code: str | None = None  # gRPC status when the request itself was rejected
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.result.verdict
+
+    @property
+    def speedup(self) -> float | None:
+        return self.result.speedup
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.result.to_dict()
+        out.update(sample_id=self.sample_id, host=self.host, gpu_name=self.gpu_name, cached=self.cached)
+        if self.error_code:
+            out["error_code"] = self.error_code
+        return out
+
+
+@dataclasses.dataclass
+class _Endpoint:
+    target: str
+    channel: grpc.aio.Channel
+    stub: pb_grpc.EvalFarmStub
+    slots: int = 1
+    queue_limit: int = 0
+    external: int = 0  # work on the daemon that is not ours, as of the last poll
+    inflight: int = 0  # our requests on it now
+    up: bool = False
+    draining: bool = False
+    host: str = ""
+    backoff_until: float = 0.0
+    polled: bool = False
+
+    def credits(self, allowance: int) -> int:
+        return self.slots + min(allowance, self.queue_limit) - self.inflight - self.external
+
+    def usable(self, now: float) -> bool:
+        return self.up and not self.draining and now >= self.backoff_until
+
+
+@dataclasses.dataclass
+class _Job:
+    key: str
+    task: pb.TaskRef
+    task_key: str
+    request: pb.ScoreRequest
+    samples: list[tuple[str, dict[str, str]]]
+    deadline: float  # loop time
+    attempts: int = 0
+    tried: set[str] = dataclasses.field(default_factory=set)
+    finished: bool = False
+    rpc: asyncio.Task[Any] | None = None
+    timer: asyncio.TimerHandle | None = None
+    parent: _Job | None = None  # set on a re-verification job
+    first: SampleResult | None = None  # the score being re-verified (on the re-verification job)
+    same_daemon: bool = False
+    last_error: str = ""
+
+
+def _task_ref(task: str | pb.TaskRef | tuple[str, str]) -> pb.TaskRef:
+    """A task name ("L1/1"), a TaskRef, or (source, name) for a reference given inline."""
+    if isinstance(task, pb.TaskRef):
+        return task
+    if isinstance(task, tuple):
+        source, name = task
+        return pb.TaskRef(source=pb.TaskSource(source=source.encode("utf-8"), name=name))
+    return pb.TaskRef(name=task)
+
+
+class AsyncFarmClient:
+    def __init__(
+        self,
+        endpoints: Iterable[str],
+        token: str | None = None,
+        tls: TlsConfig | bool | None = None,
+        *,
+        queue_allowance: int = 2,
+        max_attempts: int = 3,
+        default_deadline_s: float = 900.0,
+        poll_interval_s: float = 1.0,
+        rpc_overhead_s: float = 0.5,
+        reverify: bool = True,
+        on_result: Callable[[SampleResult], None] | None = None,
+    ) -> None:
+        targets = list(dict.fromkeys(endpoints))
+        if not targets:
+            raise ValueError("need at least one endpoint")
+        self._targets = targets
+        self._token = token
+        self._tls = tls
+        self._metadata = auth_metadata(token)
+        self.queue_allowance = queue_allowance
+        self.max_attempts = max_attempts
+        self.default_deadline_s = default_deadline_s
+        self.poll_interval_s = poll_interval_s
+        self.rpc_overhead_s = rpc_overhead_s
+        self.reverify = reverify
+        self._on_result = on_result
+        self._endpoints: list[_Endpoint] = []
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._credit = asyncio.Event()
+        self._inflight_jobs: dict[str, _Job] = {}  # dedupe key -> job
+        self._completed: collections.OrderedDict[str, SampleResult] = collections.OrderedDict()
+        self._futures: dict[str, asyncio.Future[SampleResult]] = {}
+        self._streamed: set[str] = set()  # sample ids whose result goes to results()
+        self._out: asyncio.Queue[SampleResult] = asyncio.Queue()
+        self._outstanding = 0  # streamed samples without a delivered result
+        self._best: dict[str, float] = {}
+        self._children: dict[str, _Job] = {}  # parent key -> its re-verification job
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._rpcs: set[asyncio.Task[Any]] = set()
+        self._ids = itertools.count()
+        self._started = False
+        self._closed = False
+        self.stats = collections.Counter[str]()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self, wait_s: float = 5.0) -> AsyncFarmClient:
+        if self._started:
+            return self
+        for target in self._targets:
+            ch = make_channel(target, self._tls)
+            self._endpoints.append(_Endpoint(target, ch, pb_grpc.EvalFarmStub(ch)))
+        self._started = True
+        await asyncio.gather(*(self._poll_one(ep) for ep in self._endpoints))
+        self._tasks.append(asyncio.ensure_future(self._poll_loop()))
+        self._tasks.append(asyncio.ensure_future(self._dispatch_loop()))
+        if not any(ep.up for ep in self._endpoints) and wait_s > 0:
+            log.warning("event=no_daemon_up endpoints=%s", ",".join(self._targets))
+        return self
+
+    async def __aenter__(self) -> AsyncFarmClient:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancel what is in flight (each pending sample gets an INFRA_ERROR result) and close."""
+        if self._closed:
+            return
+        self._closed = True
+        for job in list(self._inflight_jobs.values()):
+            self._deliver(job, self._infra_result(job, "client closed"))
+        for task in [*self._tasks, *self._rpcs]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._rpcs, return_exceptions=True)
+        for ep in self._endpoints:
+            await ep.channel.close(grace=None)
+
+    # -- capacity ------------------------------------------------------------------------
+    async def _poll_one(self, ep: _Endpoint) -> pb.CapacityResponse | None:
+        try:
+            cap = await ep.stub.Capacity(pb.CapacityRequest(), timeout=2.0, metadata=self._metadata)
+        except grpc.aio.AioRpcError as err:
+            if ep.up:
+                log.warning("event=daemon_down endpoint=%s code=%s", ep.target, err.code().name)
+            ep.up = False
+            return None
+        was_up = ep.up
+        ep.slots, ep.queue_limit, ep.draining, ep.host = cap.slots, cap.queue_limit, cap.draining, cap.host
+        ep.external = max(0, cap.running + cap.queue_depth - ep.inflight)
+        ep.up, ep.polled = True, True
+        if not was_up:
+            log.info("event=daemon_up endpoint=%s host=%s slots=%d", ep.target, ep.host, ep.slots)
+        self._credit.set()
+        return cap
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            await asyncio.gather(*(self._poll_one(ep) for ep in self._endpoints))
+
+    async def capacity(self) -> dict[str, pb.CapacityResponse | None]:
+        """The latest Capacity of every endpoint (None when unreachable)."""
+        caps = await asyncio.gather(*(self._poll_one(ep) for ep in self._endpoints))
+        return {ep.target: cap for ep, cap in zip(self._endpoints, caps, strict=True)}
+
+    # -- submission ----------------------------------------------------------------------
+    @property
+    def outstanding(self) -> int:
+        return self._outstanding
+
+    async def submit(
+        self,
+        task: str | pb.TaskRef | tuple[str, str],
+        source: str,
+        sample_id: str | None = None,
+        *,
+        options: dict[str, Any] | ScoreConfig | None = None,
+        tags: dict[str, str] | None = None,
+        deadline_s: float | None = None,
+    ) -> str:
+        """Queue a candidate; its result arrives on results() (and on_result). Returns its id."""
+        sample_id = self._register(sample_id, stream=True)
+        self._enqueue(task, source, sample_id, options, tags, deadline_s)
+        return sample_id
+
+    async def score(
+        self,
+        task: str | pb.TaskRef | tuple[str, str],
+        source: str,
+        *,
+        options: dict[str, Any] | ScoreConfig | None = None,
+        tags: dict[str, str] | None = None,
+        deadline_s: float | None = None,
+        sample_id: str | None = None,
+    ) -> SampleResult:
+        """Score one candidate and wait for its result (bounded by the deadline)."""
+        sample_id = self._register(sample_id, stream=False)
+        self._enqueue(task, source, sample_id, options, tags, deadline_s)
+        return await self._futures[sample_id]
+
+    async def score_nowait(
+        self,
+        task: str | pb.TaskRef | tuple[str, str],
+        source: str,
+        sample_id: str | None = None,
+        *,
+        options: dict[str, Any] | ScoreConfig | None = None,
+        tags: dict[str, str] | None = None,
+        deadline_s: float | None = None,
+        done: Callable[[SampleResult], None],
+    ) -> str:
+        """Queue a candidate; `done(result)` is called once, on the client's loop."""
+        sample_id = self._register(sample_id, stream=False)
+        self._futures[sample_id].add_done_callback(lambda f: done(f.result()))
+        self._enqueue(task, source, sample_id, options, tags, deadline_s)
+        return sample_id
+
+    async def results(self, timeout: float | None = None) -> AsyncIterator[SampleResult]:
+        """Results of submit()ted samples as they finish, until none is outstanding."""
+        while self._outstanding > 0 or not self._out.empty():
+            if timeout is None:
+                item = await self._out.get()
+            else:
+                item = await asyncio.wait_for(self._out.get(), timeout)
+            yield item
+
+    def _register(self, sample_id: str | None, stream: bool) -> str:
+        if not self._started or self._closed:
+            raise RuntimeError("client is not started (use `async with` or await start())")
+        if sample_id is None:
+            sample_id = f"s{next(self._ids)}"
+        if sample_id in self._futures:
+            raise ValueError(f"sample id {sample_id!r} was already submitted")
+        self._futures[sample_id] = asyncio.get_running_loop().create_future()
+        if stream:
+            self._streamed.add(sample_id)
+            self._outstanding += 1
+        return sample_id
+
+    def _enqueue(
+        self,
+        task: str | pb.TaskRef | tuple[str, str],
+        source: str,
+        sample_id: str,
+        options: dict[str, Any] | ScoreConfig | None,
+        tags: dict[str, str] | None,
+        deadline_s: float | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        tags = dict(tags or {})
+        try:
+            task_ref = _task_ref(task)
+            opts = options_to_pb(options)
+        except (ValueError, TypeError) as err:
+            self._deliver_one(sample_id, tags, SampleResult(
+                sample_id, ScoreResult.failure(Verdict.INFRA_ERROR, f"invalid request: {err}"),
+                error_code="INVALID_ARGUMENT"))
+            return
+        src = source.encode("utf-8")
+        key = hashlib.sha256(
+            b"\0".join((task_ref.SerializeToString(deterministic=True), src,
+                        opts.SerializeToString(deterministic=True)))
+        ).hexdigest()
+        self.stats["submitted"] += 1
+        done = self._completed.get(key)
+        if done is not None:
+            self.stats["client_cache_hits"] += 1
+            self._deliver_one(sample_id, tags, dataclasses.replace(done, cached=True, deduped=True))
+            return
+        job = self._inflight_jobs.get(key)
+        if job is not None:
+            self.stats["deduped"] += 1
+            job.samples.append((sample_id, tags))
+            return
+        deadline = loop.time() + (deadline_s if deadline_s is not None else self.default_deadline_s)
+        request = pb.ScoreRequest(
+            task=task_ref, candidate=pb.Candidate(source=src, sample_id=sample_id, tags=tags), options=opts
+        )
+        task_key = task_ref.name or hashlib.sha256(task_ref.source.source).hexdigest()
+        job = _Job(key=key, task=task_ref, task_key=task_key, request=request,
+                   samples=[(sample_id, tags)], deadline=deadline)
+        self._inflight_jobs[key] = job
+        job.timer = loop.call_at(deadline, self._expire, job)
+        self._queue.put_nowait(job)
+
+    # -- dispatch ------------------------------------------------------------------------
+    def _pick(self, job: _Job) -> _Endpoint | None:
+        now = time.monotonic()
+        best: tuple[Any, ...] | None = None
+        chosen = None
+        avoid = None
+        if job.parent is not None and job.first is not None:
+            # Re-verify on a different daemon whenever another one is up.
+            if any(ep.up and ep.target != job.first.endpoint for ep in self._endpoints):
+                avoid = job.first.endpoint
+        for ep in self._endpoints:
+            credits = ep.credits(self.queue_allowance)
+            if not ep.usable(now) or credits <= 0 or ep.target == avoid:
+                continue
+            rank = (ep.target not in job.tried, credits / max(1, ep.slots), credits)
+            if best is None or rank > best:
+                best, chosen = rank, ep
+        return chosen
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            job = await self._queue.get()
+            ep = None
+            while not job.finished:
+                ep = self._pick(job)
+                if ep is not None:
+                    break
+                self._credit.clear()
+                try:
+                    await asyncio.wait_for(self._credit.wait(), 0.25)
+                except TimeoutError:
+                    pass
+            if job.finished or ep is None:
+                continue
+            ep.inflight += 1
+            if job.first is not None and ep.target == job.first.endpoint:
+                job.same_daemon = True
+            job.attempts += 1
+            job.tried.add(ep.target)
+            job.rpc = asyncio.ensure_future(self._run(job, ep))
+            self._rpcs.add(job.rpc)
+            job.rpc.add_done_callback(self._rpcs.discard)
+
+    def _requeue(self, job: _Job, why: str) -> None:
+        job.last_error = why
+        if job.attempts >= self.max_attempts:
+            self._deliver(job, self._infra_result(job, f"gave up after {job.attempts} attempts: {why}"))
+            return
+        self.stats["retries"] += 1
+        self._queue.put_nowait(job)
+
+    async def _run(self, job: _Job, ep: _Endpoint) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            remaining = job.deadline - loop.time()
+            if remaining <= 0:
+                return  # the timer delivers
+            req = job.request
+            if req.deadline_s == 0:
+                req = pb.ScoreRequest()
+                req.CopyFrom(job.request)
+                req.deadline_s = max(0.001, remaining - self.rpc_overhead_s)
+            try:
+                reply = await ep.stub.Score(req, timeout=remaining, metadata=self._metadata)
+            except grpc.aio.AioRpcError as err:
+                self._on_rpc_error(job, ep, err)
+                return
+            if job.finished:
+                return
+            res = SampleResult(
+                sample_id="", result=result_from_pb(reply), host=reply.host, gpu_name=reply.gpu_name,
+                endpoint=ep.target, cached=reply.evidence.cached, attempts=job.attempts,
+            )
+            if res.result.verdict is Verdict.INFRA_ERROR:
+                self.stats["infra_errors"] += 1
+                log.info("event=infra_error endpoint=%s detail=%r", ep.target, res.result.detail)
+                if job.attempts < self.max_attempts and loop.time() < job.deadline:
+                    self._requeue(job, res.result.detail)
+                    return
+            self._completed_job(job, res)
+        finally:
+            ep.inflight -= 1
+            self._credit.set()
+
+    def _on_rpc_error(self, job: _Job, ep: _Endpoint, err: grpc.aio.AioRpcError) -> None:
+        code = err.code()
+        if job.finished:
+            return
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            self.stats["resource_exhausted"] += 1
+            ep.backoff_until = time.monotonic() + 0.2
+            job.attempts -= 1  # not the candidate's fault, nor the host's: try again
+            job.tried.discard(ep.target)
+            self._queue.put_nowait(job)
+        elif code in RETRYABLE:
+            self.stats["connection_errors"] += 1
+            log.warning("event=rpc_failed endpoint=%s code=%s details=%r", ep.target, code.name, err.details())
+            ep.up = False  # until a Capacity poll succeeds again
+            self._requeue(job, f"{ep.target}: {code.name}: {err.details()}")
+        elif code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            self._deliver(job, self._infra_result(job, "deadline exceeded"))
+        else:  # INVALID_ARGUMENT, UNAUTHENTICATED, ...: the request itself is wrong
+            self._deliver(
+                job,
+                SampleResult("", ScoreResult.failure(Verdict.INFRA_ERROR, f"{code.name}: {err.details()}"),
+                             endpoint=ep.target, attempts=job.attempts, error_code=code.name),
+            )
+
+    def _expire(self, job: _Job) -> None:
+        if not job.finished:
+            self.stats["deadline_exceeded"] += 1
+            self._deliver(job, self._infra_result(job, "deadline exceeded"))
+
+    # -- re-verification -----------------------------------------------------------------
+    def _is_outlier(self, job: _Job, speedup: float) -> bool:
+        best = self._best.get(job.task_key)
+        return speedup > REVERIFY_ABOVE or (best is not None and speedup > REVERIFY_FACTOR * best)
+
+    def _completed_job(self, job: _Job, res: SampleResult) -> None:
+        r = res.result
+        if job.parent is not None:
+            self._deliver(job, res)
+            return
+        if self.reverify and r.verdict is Verdict.OK and r.speedup is not None and self._is_outlier(job, r.speedup):
+            self._start_reverify(job, res)
+            return
+        self._deliver(job, res)
+
+    def _start_reverify(self, job: _Job, first: SampleResult) -> None:
+        self.stats["reverifications"] += 1
+        request = pb.ScoreRequest()
+        request.CopyFrom(job.request)
+        request.no_cache = True  # a fresh measurement, never the cached first one
+        child = _Job(key=job.key + ":reverify", task=job.task, task_key=job.task_key, request=request,
+                     samples=[], deadline=job.deadline, parent=job, first=first)
+        # Prefer a different daemon: the first one counts as tried. With a single daemon the
+        # dispatcher falls back to it (and the result says so).
+        child.tried.add(first.endpoint)
+        job.rpc = None
+        log.info("event=reverify task=%s speedup=%s first=%s same_daemon=%s",
+                 job.task_key, first.result.speedup, first.endpoint, child.same_daemon)
+        self._children[job.key] = child
+        self._queue.put_nowait(child)
+
+    # -- delivery ------------------------------------------------------------------------
+    def _infra_result(self, job: _Job, detail: str) -> SampleResult:
+        return SampleResult("", ScoreResult.failure(Verdict.INFRA_ERROR, detail, task=job.task_key),
+                            attempts=job.attempts)
+
+    def _deliver(self, job: _Job, res: SampleResult) -> None:
+        """The one final result for every sample id of the job."""
+        if job.finished:
+            return
+        job.finished = True
+        if job.timer is not None:
+            job.timer.cancel()
+        if job.rpc is not None and not job.rpc.done() and job.rpc is not asyncio.current_task():
+            job.rpc.cancel()
+        child = self._children.pop(job.key, None)
+        if child is not None and not child.finished:
+            child.finished = True
+            if child.rpc is not None and not child.rpc.done() and child.rpc is not asyncio.current_task():
+                child.rpc.cancel()
+        if job.parent is not None:  # a re-verification: its parent gets the combined result
+            self._deliver(job.parent, _combine_reverified(job.first, res, job.same_daemon))
+            return
+        self._inflight_jobs.pop(job.key, None)
+        r = res.result
+        if r.verdict is Verdict.OK and r.speedup is not None:
+            self._best[job.task_key] = max(self._best.get(job.task_key, 0.0), r.speedup)
+        if r.verdict is not Verdict.INFRA_ERROR:
+            self._completed[job.key] = res
+            while len(self._completed) > 100_000:
+                self._completed.popitem(last=False)
+        many = len(job.samples) > 1
+        for sample_id, tags in job.samples:
+            self._deliver_one(sample_id, tags, dataclasses.replace(res, deduped=res.deduped or many))
+
+    def _deliver_one(self, sample_id: str, tags: dict[str, str], res: SampleResult) -> None:
+        fut = self._futures.get(sample_id)
+        if fut is None or fut.done():
+            self.stats["duplicates_dropped"] += 1
+            return
+        res = dataclasses.replace(res, sample_id=sample_id, tags=tags)
+        fut.set_result(res)
+        self.stats["delivered"] += 1
+        if sample_id in self._streamed:
+            self._streamed.discard(sample_id)
+            self._outstanding -= 1
+            self._out.put_nowait(res)
+        if self._on_result is not None:
+            try:
+                self._on_result(res)
+            except Exception:  # noqa: BLE001 - a user callback must not break delivery
+                log.exception("event=on_result_failed sample_id=%s", sample_id)
+
+
+def _combine_reverified(first: SampleResult | None, second: SampleResult, same_daemon: bool) -> SampleResult:
+    """Accept an outlier score only when a second, independent measurement agrees.
+
+    - second OK and within 10% of the first: the first result, reverified.agreed = True.
+    - second OK but further apart: the LOWER of the two speedups, agreed = False, with a note.
+    - second a candidate failure (e.g. INCORRECT): that result (the candidate is unreliable).
+    - second INFRA_ERROR: INFRA_ERROR "re-verification could not run" (retry later).
+    """
+    assert first is not None
+    s1 = float(first.result.speedup or 0.0)
+    r2 = second.result
+    info: dict[str, Any] = {
+        "host": second.host, "endpoint": second.endpoint, "speedup": r2.speedup,
+        "first_host": first.host, "first_speedup": s1, "same_daemon": same_daemon,
+    }
+    where = " (re-measured on the same daemon: only one available)" if same_daemon else ""
+    if r2.verdict is Verdict.OK and r2.speedup is not None:
+        s2 = float(r2.speedup)
+        agreed = abs(s2 - s1) <= REVERIFY_TOLERANCE * s1
+        info["agreed"] = agreed
+        result = dataclasses.replace(first.result, evidence=dataclasses.replace(first.result.evidence))
+        result.evidence.reverified = info
+        if not agreed:
+            result.speedup = min(s1, s2)
+            note = (f"re-verification disagreed: {s1:g}x on {first.host or first.endpoint}, "
+                    f"{s2:g}x on {second.host or second.endpoint}{where}; reporting the lower")
+            result.detail = f"{result.detail}; {note}" if result.detail else note
+        elif where:
+            result.detail = f"{result.detail}; reverified{where}" if result.detail else f"reverified{where}"
+        return dataclasses.replace(first, result=result, cached=False)
+    info["agreed"] = False
+    info["verdict"] = r2.verdict.value
+    result = dataclasses.replace(r2, evidence=dataclasses.replace(r2.evidence))
+    result.evidence.reverified = info
+    if r2.verdict is Verdict.INFRA_ERROR:
+        result.detail = f"re-verification of a {s1:g}x score could not run: {r2.detail}"
+    else:
+        result.detail = f"first run scored {s1:g}x but the re-measurement failed{where}: {r2.detail}"
+    return dataclasses.replace(second, result=result)
+
+
+def read_source(path: str | Path) -> str:
+    return Path(path).read_text(encoding="utf-8")

@@ -1,0 +1,175 @@
+"""The daemon's lifecycle: build the gRPC server, serve, drain on SIGTERM, exit 0."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from evalfarm.server.auth import BearerTokenInterceptor
+from evalfarm.server.cache import ResultCache
+from evalfarm.server.config import ServerConfig
+from evalfarm.server.metrics import Metrics
+from evalfarm.server.service import Backend, FarmService, default_backend
+from evalfarm.v1 import evalfarm_pb2 as pb
+from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EvalFarm"].full_name
+
+# The server accepts client keepalive pings every >= 10 s; the client pings every 30 s.
+SERVER_MIN_PING_INTERVAL_MS = 10_000
+SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", SERVER_MIN_PING_INTERVAL_MS),
+    ("grpc.http2.max_ping_strikes", 2),
+    ("grpc.so_reuseport", 0),
+)
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host.strip('[]')}]:{port}" if ":" in host.strip("[]") else f"{host}:{port}"
+
+
+class Daemon:
+    def __init__(self, config: ServerConfig, backend: Backend | None = None, build_pool: Any = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self._own_pool = False
+        if backend is None:
+            backend = default_backend()
+            if build_pool is None:
+                build_pool = self._make_build_pool()
+        self.build_pool = build_pool
+        if build_pool is not None and hasattr(build_pool, "stats"):
+            self.metrics.watch_build_pool(build_pool.stats)
+        cache_path = config.cache_dir / "results.sqlite" if config.cache_dir is not None else None
+        self.cache = ResultCache(cache_path)
+        self.service = FarmService(config, backend, self.metrics, self.cache, build_pool)
+        self.health = health.aio.HealthServicer()
+        self.server: grpc.aio.Server | None = None
+        self.port: int | None = None
+        self._metrics_http: Any = None
+        self._stop = asyncio.Event()
+
+    def _make_build_pool(self) -> Any:
+        try:
+            from evalfarm.build import BuildPool
+        except ImportError as err:
+            log.warning("event=no_build_pool error=%r", err)
+            return None
+        cache_dir = self.config.cache_dir / "build" if self.config.cache_dir is not None else None
+        self._own_pool = True
+        return BuildPool(max_workers=self.config.build_workers, cache_dir=cache_dir)
+
+    def _max_message(self) -> int:
+        return 2 * self.config.max_source_bytes + (1 << 20)
+
+    async def start(self) -> int:
+        cfg = self.config
+        interceptors = []
+        if cfg.auth_token is not None:
+            interceptors.append(
+                BearerTokenInterceptor(cfg.auth_token, lambda _r: self.metrics.rejected.labels("auth").inc())
+            )
+        options = (
+            *SERVER_OPTIONS,
+            ("grpc.max_receive_message_length", self._max_message()),
+            ("grpc.max_send_message_length", 64 << 20),
+        )
+        server = grpc.aio.server(interceptors=interceptors, options=options)
+        pb_grpc.add_EvalFarmServicer_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        address = _address(cfg.host, cfg.port)
+        if cfg.tls:
+            assert cfg.tls_cert is not None and cfg.tls_key is not None
+            ca = cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca is not None else None
+            creds = grpc.ssl_server_credentials(
+                [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())],
+                root_certificates=ca,
+                require_client_auth=ca is not None,
+            )
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"could not bind {address}")
+        await server.start()
+        self.server, self.port = server, port
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if cfg.metrics_port is not None:
+            addr = "127.0.0.1" if cfg.auth_token is None else "0.0.0.0"
+            self._metrics_http = self.metrics.serve(cfg.metrics_port, addr=addr)
+        log.info(
+            "event=listening address=%s port=%d slots=%d mode=%s queue_limit=%d auth=%s tls=%s",
+            cfg.host, port, cfg.slots, cfg.device_mode, cfg.queue_limit,
+            cfg.auth_token is not None, cfg.tls,
+        )
+        return port
+
+    def request_stop(self) -> None:
+        """Begin a graceful drain (what SIGTERM / SIGINT do)."""
+        self._stop.set()
+
+    async def serve_until_stopped(self) -> None:
+        await self._stop.wait()
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Stop admitting, finish in-flight work up to the drain timeout, cancel the rest."""
+        cfg = self.config
+        log.info("event=drain_start active=%d timeout_s=%.1f", self.service._active, cfg.drain_timeout_s)
+        self.service.start_drain()
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        finished = await self.service.wait_idle(cfg.drain_timeout_s)
+        if not finished:
+            log.warning("event=drain_timeout cancelling=%d", self.service._active)
+            self.service.abort_in_flight()
+            await self.service.wait_idle(30.0)
+        await self.service.wait_background(30.0)
+        if self.server is not None:
+            await self.server.stop(grace=5.0)  # lets the last results reach their clients
+        self.close()
+        log.info("event=drain_done clean=%s", finished)
+
+    def close(self) -> None:
+        self.service.close()
+        self.cache.close()
+        if self._metrics_http is not None:
+            server, thread = self._metrics_http
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+            self._metrics_http = None
+        if self._own_pool and self.build_pool is not None:
+            self.build_pool.close()
+            self.build_pool = None
+
+
+async def run_daemon(config: ServerConfig, ready: Any = None) -> int:
+    daemon = Daemon(config)
+    await daemon.start()
+    if ready is not None:
+        ready(daemon)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, daemon.request_stop)
+    try:
+        await daemon.serve_until_stopped()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0

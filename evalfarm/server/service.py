@@ -1,0 +1,440 @@
+"""The EvalFarm servicer: validation, result cache, admission, evaluation, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+import grpc
+
+from evalfarm.client.wire import error_sample, result_to_pb
+from evalfarm.config import ScoreConfig
+from evalfarm.result import ScoreResult
+from evalfarm.server.cache import ResultCache, cache_key
+from evalfarm.server.config import ServerConfig
+from evalfarm.server.metrics import Metrics
+from evalfarm.server.slots import Draining, QueueFull, SlotPool
+from evalfarm.server.validate import InvalidRequest, Prepared, TaskResolver, prepare
+from evalfarm.tasks import Candidate, Task
+from evalfarm.v1 import evalfarm_pb2 as pb
+from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
+from evalfarm.verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+INLINE_PARSE_BYTES = 64 << 10  # larger sources are parsed off the event loop
+CANCEL_GRACE_S = 30.0  # how long a cancelled evaluation may take to die before its slot is reused
+
+
+class Evaluation(Protocol):
+    def result(self, timeout: float | None = None) -> ScoreResult: ...
+    def cancel(self) -> None: ...
+    @property
+    def done(self) -> bool: ...
+
+
+Backend = Callable[[Task, Candidate, ScoreConfig, Any], Evaluation]
+
+
+def default_backend() -> Backend:
+    from evalfarm.scoring import start  # imported lazily: the daemon must not touch CUDA
+
+    def run(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: Any) -> Evaluation:
+        return start(task, candidate, config, build_pool=build_pool)
+
+    return run
+
+
+class RequestRejected(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("cuda-crl")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return "0.1.0"
+
+
+class FarmService(pb_grpc.EvalFarmServicer):
+    def __init__(
+        self,
+        config: ServerConfig,
+        backend: Backend,
+        metrics: Metrics,
+        cache: ResultCache,
+        build_pool: Any = None,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.cache = cache
+        self.slots = SlotPool(config.slots, config.queue_limit)
+        self._backend = backend
+        self._build_pool = build_pool
+        self._resolver = TaskResolver(config.kernelbench_root)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2 * config.slots + 4, thread_name_prefix="evalfarm-eval"
+        )
+        self._abort = asyncio.Event()  # set when the drain timeout passes
+        self._active = 0  # admitted requests (queued or running)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._background: set[asyncio.Task[Any]] = set()
+        self.version = _version()
+        self._kinds = [self._device_kind(i) for i in range(config.slots)]
+
+    # -- helpers -------------------------------------------------------------------------
+    def _device_kind(self, slot: int) -> str:
+        if self.config.device_mode == "cpu":
+            from evalfarm.server.gpus import cpu_name
+
+            return f"cpu:{cpu_name()}"
+        return f"cuda:{self.config.gpu_names[slot]}"
+
+    def _gpu_name(self, slot: int | None) -> str:
+        if self.config.device_mode == "cpu":
+            return "cpu"
+        if slot is None:
+            return self.config.gpu_names[0] if len(set(self.config.gpu_names)) == 1 else ""
+        return self.config.gpu_names[slot]
+
+    @property
+    def draining(self) -> bool:
+        return self.slots.draining
+
+    def start_drain(self) -> None:
+        self.slots.draining = True
+        self.metrics.draining.set(1)
+
+    def abort_in_flight(self) -> None:
+        """After the drain timeout: cancel what is left; each gets INFRA_ERROR 'daemon draining'."""
+        self._abort.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    async def wait_background(self, timeout: float) -> None:
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _update_gauges(self) -> None:
+        self.metrics.queue_depth.set(self.slots.queue_depth)
+        self.metrics.slots_busy.set(self.slots.running)
+
+    async def _prepare(self, req: pb.ScoreRequest, stream: bool) -> Prepared:
+        size = len(req.candidate.source) + len(req.task.source.source)
+        try:
+            if size > INLINE_PARSE_BYTES:
+                return await asyncio.to_thread(
+                    prepare, req, self._resolver, self.config.max_source_bytes, stream
+                )
+            return prepare(req, self._resolver, self.config.max_source_bytes, stream)
+        except InvalidRequest as err:
+            self.metrics.rejected.labels("invalid").inc()
+            raise RequestRejected(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
+
+    async def _race(self, fut: asyncio.Future[Any], deadline: float | None) -> str:
+        """Wait for fut, the deadline or the drain abort; says which came first."""
+        loop = asyncio.get_running_loop()
+        abort = asyncio.ensure_future(self._abort.wait())
+        try:
+            timeout = None if deadline is None else max(0.0, deadline - loop.time())
+            done, _ = await asyncio.wait({fut, abort}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            abort.cancel()
+        if fut in done:
+            return "done"
+        return "drain" if abort in done else "deadline"
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _cancel_then_release(self, ev_future: asyncio.Future[Any], slot: int, t_slot: float) -> None:
+        """Kill a cancelled evaluation's processes, then hand its slot on (never before)."""
+        loop = asyncio.get_running_loop()
+        try:
+            ev = await asyncio.wait_for(asyncio.shield(ev_future), CANCEL_GRACE_S)
+            await asyncio.wait_for(loop.run_in_executor(self._executor, ev.cancel), CANCEL_GRACE_S)
+        except Exception as err:  # noqa: BLE001 - start failed or cancel hung: nothing more to kill
+            log.warning("event=cancel_cleanup slot=%d error=%r", slot, err)
+        finally:
+            self._release(slot, t_slot)
+
+    def _release(self, slot: int, t_slot: float) -> None:
+        self.metrics.slot_busy_seconds.labels(str(slot)).inc(time.monotonic() - t_slot)
+        self.slots.release(slot)
+        self._update_gauges()
+
+    # -- the core ------------------------------------------------------------------------
+    async def _score(self, prep: Prepared, deadline: float | None) -> pb.ScoredSample:
+        """Cache, admission, evaluation. Raises RequestRejected when not admitted."""
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        uniform = len(set(self._kinds)) == 1
+        if uniform and not prep.no_cache:
+            key = cache_key(prep.task.sha256, prep.candidate.sha256, prep.config, self._kinds[0])
+            hit = self.cache.get(key)
+            self.metrics.result_cache.labels("hit" if hit else "miss").inc()
+            if hit is not None:
+                return self._finish(prep, hit, None, t0, 0.0, cached=True)
+        if self.draining:
+            self.metrics.rejected.labels("draining").inc()
+            raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
+
+        self._active += 1
+        self._idle.clear()
+        try:
+            return await self._admitted(prep, deadline, t0, loop)
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+            self._update_gauges()
+
+    async def _admitted(
+        self, prep: Prepared, deadline: float | None, t0: float, loop: asyncio.AbstractEventLoop
+    ) -> pb.ScoredSample:
+        acquire = asyncio.ensure_future(self.slots.acquire())
+        self._update_gauges()
+        try:
+            outcome = await self._race(acquire, deadline)
+        except asyncio.CancelledError:
+            self._drop_acquire(acquire)
+            raise
+        if outcome != "done":
+            self._drop_acquire(acquire)
+            detail = "daemon draining" if outcome == "drain" else "deadline exceeded (in queue)"
+            return self._finish(prep, self._infra(prep, detail), None, t0, time.monotonic() - t0)
+        try:
+            slot = acquire.result()
+        except QueueFull as err:
+            self.metrics.rejected.labels("queue_full").inc()
+            raise RequestRejected(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err)) from None
+        except Draining as err:
+            self.metrics.rejected.labels("draining").inc()
+            raise RequestRejected(grpc.StatusCode.UNAVAILABLE, str(err)) from None
+
+        queue_s = time.monotonic() - t0
+        t_slot = time.monotonic()
+        self._update_gauges()
+        config = prep.config.replace(device=self.config.devices[slot])
+        start = loop.run_in_executor(
+            self._executor, self._backend, prep.task, prep.candidate, config, self._build_pool
+        )
+        handed_off = False
+        try:
+            outcome = await self._race(start, deadline)
+            if outcome == "done" and start.exception() is not None:
+                err = start.exception()
+                log.error("event=start_failed sample_id=%s error=%r", prep.sample_id, err)
+                result = self._infra(prep, f"scoring could not start: {err!r}")
+            elif outcome == "done":
+                result, handed_off = await self._wait_result(
+                    prep, start.result(), deadline, loop, slot, t_slot
+                )
+            else:
+                handed_off = True
+                self._spawn(self._cancel_then_release(start, slot, t_slot))
+                detail = "daemon draining" if outcome == "drain" else "deadline exceeded"
+                result = self._infra(prep, detail)
+        except asyncio.CancelledError:
+            # Client went away or its deadline passed: kill the processes, then free the slot.
+            if not handed_off:
+                handed_off = True
+                self._spawn(self._cancel_then_release(start, slot, t_slot))
+            raise
+        finally:
+            if not handed_off:
+                self._release(slot, t_slot)
+
+        key = cache_key(prep.task.sha256, prep.candidate.sha256, prep.config, self._kinds[slot])
+        self.cache.put(key, result)  # never stores INFRA_ERROR
+        return self._finish(prep, result, slot, t0, queue_s)
+
+    def _drop_acquire(self, acquire: asyncio.Future[int]) -> None:
+        """Leave the queue; a slot granted meanwhile goes back to the pool."""
+        if acquire.done():
+            if not acquire.cancelled() and acquire.exception() is None:
+                self.slots.release(acquire.result())
+        else:
+            acquire.cancel()  # SlotPool.acquire passes on a slot granted as it is cancelled
+
+    async def _wait_result(
+        self,
+        prep: Prepared,
+        ev: Evaluation,
+        deadline: float | None,
+        loop: asyncio.AbstractEventLoop,
+        slot: int,
+        t_slot: float,
+    ) -> tuple[ScoreResult, bool]:
+        """(result, handed_off): handed_off when it was cancelled and cleanup now owns the slot."""
+        hard = loop.time() + self.config.max_eval_s
+        limit = hard if deadline is None else min(deadline, hard)
+        waiter = loop.run_in_executor(self._executor, ev.result, max(0.0, limit - loop.time()) + 5.0)
+        ev_future: asyncio.Future[Any] = loop.create_future()
+        ev_future.set_result(ev)
+        outcome = await self._race(waiter, limit)  # on CancelledError the caller cleans up
+        if outcome == "done":
+            try:
+                return waiter.result(), False
+            except TimeoutError:
+                detail = f"evaluation exceeded the daemon's limit of {self.config.max_eval_s:.0f}s"
+                self._spawn(self._cancel_then_release(ev_future, slot, t_slot))
+                return self._infra(prep, detail), True
+            except Exception as err:  # noqa: BLE001 - the scorer itself failed
+                log.exception("event=scoring_failed sample_id=%s", prep.sample_id)
+                return self._infra(prep, f"scoring failed: {err!r}"), False
+        self._spawn(self._cancel_then_release(ev_future, slot, t_slot))
+        if outcome == "drain":
+            detail = "daemon draining"
+        elif deadline is not None and limit == deadline:
+            detail = "deadline exceeded"
+        else:
+            detail = f"evaluation exceeded the daemon's limit of {self.config.max_eval_s:.0f}s"
+        return self._infra(prep, detail), True
+
+    def _infra(self, prep: Prepared, detail: str) -> ScoreResult:
+        return ScoreResult.failure(
+            Verdict.INFRA_ERROR, detail, task=prep.task.name, candidate_sha256=prep.candidate.sha256
+        )
+
+    def _finish(
+        self, prep: Prepared, result: ScoreResult, slot: int | None, t0: float, queue_s: float, cached: bool = False
+    ) -> pb.ScoredSample:
+        total_s = time.monotonic() - t0
+        self.metrics.verdicts.labels(result.verdict.value).inc()
+        if not cached:
+            self.metrics.phase_seconds.labels("queue").observe(queue_s)
+            for phase, seconds in (result.evidence.phases_s or {}).items():
+                self.metrics.phase_seconds.labels(str(phase)).observe(float(seconds))
+        log.info(
+            "event=scored sample_id=%s task=%s verdict=%s speedup=%s slot=%s cached=%s queue_s=%.3f total_s=%.3f detail=%r",
+            prep.sample_id, prep.task.name, result.verdict.value, result.speedup, slot, cached,
+            queue_s, total_s, result.detail[:200],
+        )
+        return result_to_pb(
+            result,
+            sample_id=prep.sample_id,
+            host=self.config.host_label,
+            gpu_name=self._gpu_name(slot),
+            tags=prep.tags,
+            queue_s=queue_s,
+            total_s=total_s,
+            cached=cached,
+        )
+
+    def _deadline(self, context: grpc.aio.ServicerContext, deadline_s: float) -> float | None:
+        loop = asyncio.get_running_loop()
+        deadlines = []
+        remaining = context.time_remaining()
+        if remaining is not None:
+            deadlines.append(loop.time() + remaining)
+        if deadline_s > 0:
+            deadlines.append(loop.time() + deadline_s)
+        return min(deadlines) if deadlines else None
+
+    # -- RPCs ----------------------------------------------------------------------------
+    async def Score(self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext) -> pb.ScoredSample:
+        self.metrics.requests.labels("Score").inc()
+        try:
+            if self.draining:
+                self.metrics.rejected.labels("draining").inc()
+                raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
+            prep = await self._prepare(request, stream=False)
+            return await self._score(prep, self._deadline(context, prep.deadline_s))
+        except RequestRejected as err:
+            await context.abort(err.code, err.message)
+            raise AssertionError("unreachable") from None
+
+    async def ScoreStream(
+        self, request_iterator: AsyncIterator[pb.ScoreRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ScoredSample]:
+        out: asyncio.Queue[Any] = asyncio.Queue()
+        end = object()
+        items: set[asyncio.Task[Any]] = set()
+        pending = 0
+
+        async def item(req: pb.ScoreRequest) -> None:
+            nonlocal pending
+            sample_id = req.candidate.sample_id
+            tags = dict(req.candidate.tags)
+            try:
+                if self.draining:
+                    self.metrics.rejected.labels("draining").inc()
+                    raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
+                prep = await self._prepare(req, stream=True)
+                sample = await self._score(prep, self._deadline(context, prep.deadline_s))
+            except RequestRejected as err:
+                sample = error_sample(sample_id, err.code, err.message, self.config.host_label, tags)
+            except asyncio.CancelledError:
+                pending -= 1
+                raise
+            except Exception as err:  # noqa: BLE001 - one bad item must not end the stream
+                log.exception("event=stream_item_failed sample_id=%s", sample_id)
+                sample = error_sample(
+                    sample_id, grpc.StatusCode.INTERNAL, f"internal error: {err!r}", self.config.host_label, tags
+                )
+            pending -= 1
+            out.put_nowait(sample)
+
+        async def read() -> None:
+            nonlocal pending
+            try:
+                async for req in request_iterator:
+                    self.metrics.requests.labels("ScoreStream").inc()
+                    pending += 1
+                    task = asyncio.ensure_future(item(req))
+                    items.add(task)
+                    task.add_done_callback(items.discard)
+            finally:
+                out.put_nowait(end)
+
+        reader = asyncio.ensure_future(read())
+        reader_done = False
+        try:
+            while not (reader_done and pending == 0 and out.empty()):
+                got = await out.get()
+                if got is end:
+                    reader_done = True
+                    if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                        log.info("event=stream_reader_ended error=%r", reader.exception())
+                        break
+                    continue
+                yield got
+        finally:
+            reader.cancel()
+            for task in list(items):
+                task.cancel()
+
+    async def Capacity(self, request: pb.CapacityRequest, context: grpc.aio.ServicerContext) -> pb.CapacityResponse:
+        return pb.CapacityResponse(
+            slots=self.slots.slots,
+            free_slots=self.slots.free,
+            running=self.slots.running,
+            queue_depth=self.slots.queue_depth,
+            queue_limit=self.slots.queue_limit,
+            gpu_names=list(self.config.gpu_names),
+            device_mode=self.config.device_mode,
+            version=self.version,
+            draining=self.draining,
+            host=self.config.host_label,
+        )

@@ -1,0 +1,118 @@
+"""The client's dispatch logic against in-process daemons with a fake backend."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from evalfarm.client import FarmClient
+from evalfarm.verdict import Verdict
+
+from .conftest import FakeBackend, fake_source
+
+
+def test_dedupe_and_spread(daemon_factory) -> None:
+    a, b = daemon_factory(), daemon_factory()
+    with FarmClient([a.target, b.target], poll_interval_s=0.2, queue_allowance=1) as farm:
+        ids = [farm.submit("L1/1", fake_source(speedup=1.5, sleep=0.3), f"same{i}") for i in range(5)]
+        ids += [farm.submit("L1/1", fake_source(speedup=1.5, sleep=0.3, salt=str(i)), f"d{i}") for i in range(6)]
+        got = list(farm.results(timeout=30))
+    assert sorted(r.sample_id for r in got) == sorted(ids)
+    assert all(r.verdict is Verdict.OK for r in got)
+    assert a.backend.started + b.backend.started == 7  # 5 identical -> 1 evaluation
+    assert a.backend.started >= 2 and b.backend.started >= 2  # spread over both
+    assert all(r.deduped for r in got if r.sample_id.startswith("same"))
+
+
+def test_infra_error_retried_on_other_host(daemon_factory) -> None:
+    bad = daemon_factory(backend=FakeBackend(force_verdict="INFRA_ERROR"))
+    good = daemon_factory()
+    with FarmClient([bad.target, good.target], poll_interval_s=0.2) as farm:
+        for i in range(6):
+            farm.submit("L1/1", fake_source(sleep=0.05, salt=str(i)), f"s{i}")
+        got = list(farm.results(timeout=30))
+    assert len(got) == 6 and all(r.verdict is Verdict.OK for r in got)
+    assert {r.host for r in got} == {"fake-host"} and all(r.endpoint == good.target for r in got)
+
+
+@pytest.mark.parametrize(("second", "agreed", "expect"), [(5.2, True, 5.0), (2.0, False, 2.0)])
+def test_reverify_outlier(daemon_factory, second: float, agreed: bool, expect: float) -> None:
+    a = daemon_factory(backend=FakeBackend(speedups={"cpu": 5.0}), host_label="host-a")
+    b = daemon_factory(backend=FakeBackend(speedups={"cpu": second}), host_label="host-b")
+    # first measurement forced onto A: B is added once A has scored
+    with FarmClient([a.target, b.target], poll_interval_s=0.2, queue_allowance=0) as farm:
+        b.daemon.service.slots.draining = True  # B takes no first measurements...
+        farm.submit("L1/1", fake_source(speedup=5.0, sleep=0.05), "x")
+        assert _wait(lambda: a.backend.started == 1, 5)
+        b.daemon.service.slots.draining = False  # ...but is there for the re-measurement
+        (res,) = list(farm.results(timeout=30))
+    assert res.verdict is Verdict.OK and res.speedup == expect
+    rv = res.result.evidence.reverified
+    assert rv["agreed"] is agreed and rv["host"] == "host-b" and rv["speedup"] == second
+    assert not rv["same_daemon"]
+    if not agreed:
+        assert "re-verification disagreed" in res.result.detail
+
+
+def test_reverify_single_daemon(daemon_factory) -> None:
+    a = daemon_factory()
+    with FarmClient([a.target], poll_interval_s=0.2) as farm:
+        res = farm.score("L1/1", fake_source(speedup=4.0, sleep=0.05), deadline_s=20)
+        low = farm.score("L1/1", fake_source(speedup=1.2, sleep=0.05, salt="low"), deadline_s=20)
+    assert res.speedup == 4.0 and res.result.evidence.reverified["same_daemon"] is True
+    assert res.result.evidence.reverified["agreed"] is True and "same daemon" in res.result.detail
+    assert a.backend.started == 3  # fresh evaluation (no_cache), not the cached first
+    assert low.result.evidence.reverified == {}
+
+
+def test_deadline_gives_infra_error_not_hang(daemon_factory) -> None:
+    a = daemon_factory()
+    with FarmClient([a.target], poll_interval_s=0.2) as farm:
+        t0 = time.monotonic()
+        res = farm.score("L1/1", fake_source(sleep=60, salt="slow"), deadline_s=0.8)
+        elapsed = time.monotonic() - t0
+    assert res.verdict is Verdict.INFRA_ERROR and "deadline exceeded" in res.result.detail
+    assert elapsed < 3.0
+    assert _wait(lambda: a.backend.evaluations[0].cancelled, 5)
+
+
+def test_daemon_drained_midflight_work_moves(daemon_factory) -> None:
+    a = daemon_factory(drain_timeout_s=0.2)
+    b = daemon_factory()
+    with FarmClient([a.target, b.target], poll_interval_s=0.2) as farm:
+        for i in range(4):
+            farm.submit("L1/1", fake_source(sleep=2.0, salt=str(i)), f"s{i}")
+        assert _wait(lambda: a.backend.started >= 1, 5)
+        a.drain()
+        got = list(farm.results(timeout=30))
+    assert sorted(r.sample_id for r in got) == ["s0", "s1", "s2", "s3"]
+    assert all(r.verdict is Verdict.OK and r.endpoint == b.target for r in got)
+    assert farm.stats.get("retries", 0) >= 1
+
+
+def test_invalid_request_gets_one_result(daemon_factory) -> None:
+    a = daemon_factory()
+    with FarmClient([a.target], poll_interval_s=0.2) as farm:
+        farm.submit("no-such-task", fake_source(), "bad")
+        farm.submit("L1/1", fake_source(), "badopt", options={"num_correctness_inputs": -1})
+        got = {r.sample_id: r for r in farm.results(timeout=10)}
+    assert got["bad"].verdict is Verdict.INFRA_ERROR and got["bad"].error_code == "INVALID_ARGUMENT"
+    assert "unknown task" in got["bad"].result.detail
+    assert got["badopt"].error_code == "INVALID_ARGUMENT"
+
+
+def test_no_daemon_reachable_bounded() -> None:
+    with FarmClient(["127.0.0.1:1"], poll_interval_s=0.2) as farm:
+        t0 = time.monotonic()
+        res = farm.score("L1/1", fake_source(), deadline_s=1.0)
+    assert res.verdict is Verdict.INFRA_ERROR and time.monotonic() - t0 < 5
+
+
+def _wait(pred, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return bool(pred())

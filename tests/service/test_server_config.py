@@ -1,0 +1,61 @@
+"""`evalfarm serve` argument handling (no daemon started)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from evalfarm.server import cli as server_cli
+from evalfarm.server.cli import add_serve_arguments, config_from_args, run_serve
+from evalfarm.server.config import ServerConfigError
+from evalfarm.server.gpus import parse_gpu_list
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_serve_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_cpu_slots() -> None:
+    cfg = config_from_args(parse("--device", "cpu", "--slots", "3", "--queue-limit", "5"))
+    assert cfg.devices == ("cpu",) * 3 and cfg.device_mode == "cpu" and cfg.queue_limit == 5
+
+
+def test_gpu_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_cli, "gpu_names", lambda: ["NVIDIA H100", "NVIDIA H100", "NVIDIA A100"])
+    cfg = config_from_args(parse("--gpus", "all"))
+    assert cfg.devices == ("cuda:0", "cuda:1", "cuda:2") and cfg.gpu_names[2] == "NVIDIA A100"
+    cfg = config_from_args(parse("--gpus", "2,0"))
+    assert cfg.devices == ("cuda:2", "cuda:0") and cfg.gpu_names == ("NVIDIA A100", "NVIDIA H100")
+    with pytest.raises(ServerConfigError, match="no GPU 7"):
+        config_from_args(parse("--gpus", "7"))
+
+
+def test_gpu_list_parsing() -> None:
+    with pytest.raises(ValueError, match="no NVIDIA GPU"):
+        parse_gpu_list("all", [])
+    with pytest.raises(ValueError, match="distinct"):
+        parse_gpu_list("0,0", ["a"])
+    with pytest.raises(ValueError, match="'all' or a list"):
+        parse_gpu_list("x", ["a"])
+
+
+def test_token_and_tls_checks(tmp_path: Path) -> None:
+    short = tmp_path / "short"
+    short.write_text("abc")
+    with pytest.raises(ServerConfigError, match="too short"):
+        config_from_args(parse("--auth-token-file", str(short)))
+    with pytest.raises(ServerConfigError, match="cannot read token"):
+        config_from_args(parse("--auth-token-file", str(tmp_path / "missing")))
+    with pytest.raises(ServerConfigError, match="go together"):
+        cert = tmp_path / "c.pem"
+        cert.write_text("x")
+        config_from_args(parse("--tls-cert", str(cert)))
+
+
+def test_run_serve_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_serve(parse("--host", "10.1.2.3", "--device", "cpu")) == 2
+    assert "non-loopback" in capsys.readouterr().err

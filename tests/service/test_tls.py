@@ -1,0 +1,55 @@
+"""TLS and mTLS with throwaway certificates (openssl), in-process daemon with a fake backend."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import grpc
+import pytest
+
+from evalfarm.client import FarmClient, TlsConfig
+from evalfarm.v1 import evalfarm_pb2 as pb
+from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
+from evalfarm.verdict import Verdict
+
+from .conftest import fake_source
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+
+
+def _run(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    _run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+         "-days", "1", "-subj", "/CN=test-ca", cwd=d)
+    (d / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        _run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+             "-subj", f"/CN={name}", cwd=d)
+        _run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", f"{name}.pem", "-days", "1", "-extfile", "ext.cnf", cwd=d)
+    return d
+
+
+def test_tls(daemon_factory, pki: Path) -> None:
+    d = daemon_factory(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    with FarmClient([d.target], tls=TlsConfig(root_ca=pki / "ca.pem"), poll_interval_s=0.2) as farm:
+        assert farm.score("L1/1", fake_source(), deadline_s=10).verdict is Verdict.OK
+    with grpc.insecure_channel(d.target) as ch, pytest.raises(grpc.RpcError):
+        pb_grpc.EvalFarmStub(ch).Capacity(pb.CapacityRequest(), timeout=3)
+
+
+def test_mtls_requires_client_cert(daemon_factory, pki: Path) -> None:
+    d = daemon_factory(tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem")
+    good = TlsConfig(root_ca=pki / "ca.pem", client_cert=pki / "client.pem", client_key=pki / "client.key")
+    with FarmClient([d.target], tls=good, poll_interval_s=0.2) as farm:
+        assert farm.score("L1/1", fake_source(), deadline_s=10).verdict is Verdict.OK
+    creds = grpc.ssl_channel_credentials(root_certificates=(pki / "ca.pem").read_bytes())
+    with grpc.secure_channel(d.target, creds) as ch, pytest.raises(grpc.RpcError):
+        pb_grpc.EvalFarmStub(ch).Capacity(pb.CapacityRequest(), timeout=3)
