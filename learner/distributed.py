@@ -1,0 +1,112 @@
+"""Multi-host start-up: `maybe_initialize_distributed(cfg)` wraps `jax.distributed.initialize`.
+
+Resolution order for each setting: explicit config field, then environment variable:
+
+    LEARNER_COORDINATOR_ADDRESS  host:port of process 0 (alias JAX_COORDINATOR_ADDRESS)
+    LEARNER_NUM_PROCESSES        total processes        (alias JAX_NUM_PROCESSES)
+    LEARNER_PROCESS_ID           this process's rank    (alias JAX_PROCESS_ID)
+    LEARNER_LOCAL_DEVICE_IDS     optional comma list of local device ids
+
+`mode`: "off" never initialises; "on" always (JAX auto-detects missing values on TPU pods,
+SLURM, Open MPI, ...); "auto" (default) initialises when a coordinator/num_processes > 1 is
+configured, or when running under SLURM with more than one task, or on a multi-host Cloud TPU
+(TPU_WORKER_HOSTNAMES lists more than one host). Single host: a no-op returning False.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Literal
+
+import jax
+
+log = logging.getLogger(__name__)
+
+_initialized = False
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    mode: Literal["auto", "on", "off"] = "auto"
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    local_device_ids: tuple[int, ...] | None = None
+    initialization_timeout_s: int = 300
+
+
+def _env(*names: str) -> str | None:
+    for n in names:
+        v = os.environ.get(n)
+        if v:
+            return v
+    return None
+
+
+def _resolved(cfg: DistributedConfig) -> DistributedConfig:
+    num = cfg.num_processes
+    if num is None and (v := _env("LEARNER_NUM_PROCESSES", "JAX_NUM_PROCESSES")):
+        num = int(v)
+    pid = cfg.process_id
+    if pid is None and (v := _env("LEARNER_PROCESS_ID", "JAX_PROCESS_ID")):
+        pid = int(v)
+    local = cfg.local_device_ids
+    if local is None and (v := _env("LEARNER_LOCAL_DEVICE_IDS")):
+        local = tuple(int(x) for x in v.split(","))
+    return dataclasses.replace(
+        cfg,
+        coordinator_address=cfg.coordinator_address
+        or _env("LEARNER_COORDINATOR_ADDRESS", "JAX_COORDINATOR_ADDRESS"),
+        num_processes=num,
+        process_id=pid,
+        local_device_ids=local,
+    )
+
+
+def _cluster_detected() -> bool:
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        return True
+    hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+    return len([h for h in hosts.split(",") if h]) > 1
+
+
+def should_initialize(cfg: DistributedConfig) -> bool:
+    if cfg.mode == "off":
+        return False
+    if cfg.mode == "on":
+        return True
+    r = _resolved(cfg)
+    if r.coordinator_address or (r.num_processes or 1) > 1:
+        return True
+    return _cluster_detected()
+
+
+def maybe_initialize_distributed(cfg: DistributedConfig | None = None) -> bool:
+    """Call `jax.distributed.initialize` when configured; must run before any other JAX call.
+
+    Returns True when this process is part of a multi-process job (idempotent).
+    """
+    global _initialized
+    cfg = cfg or DistributedConfig()
+    if _initialized:
+        return True
+    if not should_initialize(cfg):
+        log.debug("single-host run; jax.distributed not initialised")
+        return False
+    r = _resolved(cfg)
+    log.info(
+        "jax.distributed.initialize(coordinator=%s, num_processes=%s, process_id=%s)",
+        r.coordinator_address, r.num_processes, r.process_id,
+    )
+    jax.distributed.initialize(
+        coordinator_address=r.coordinator_address,
+        num_processes=r.num_processes,
+        process_id=r.process_id,
+        local_device_ids=list(r.local_device_ids) if r.local_device_ids else None,
+        initialization_timeout=r.initialization_timeout_s,
+    )
+    _initialized = True
+    log.info("process %d of %d", jax.process_index(), jax.process_count())
+    return True

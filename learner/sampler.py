@@ -1,0 +1,273 @@
+"""Batched generation with a KV cache: one jitted prefill + a device-side `lax.while_loop` decode.
+
+* Prompts are left-padded to a bucketed length P, so every row writes its next k/v into the same
+  cache slot (P + i); rotary positions are per row (prompt_len + i) and padded slots are masked.
+* Cache length T = bucket(P + max_new_tokens); buckets are powers of two (>= `min_bucket`) or a
+  configured list, so a run compiles only a handful of shapes (batch size is the other key).
+* Per-token log-probabilities returned with the tokens are log softmax(logits)[token] of the
+  model at temperature 1.0, before temperature / top-p are applied: exactly the
+  log p_theta(token | prefix) the training side (`learner.losses.token_logprobs`) computes.
+* Stops: EOS ids are checked on device (a row stops after emitting one; the loop exits when all
+  rows stopped or max_new_tokens is reached). Stop *token sequences* are applied on the host
+  after generation: the completion is truncated right after the first match and the rest masked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from learner.model import Transformer
+
+log = logging.getLogger(__name__)
+
+
+class SamplerError(ValueError):
+    """Bad sampling request (empty prompt, no bucket large enough, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    max_new_tokens: int = 256
+    temperature: float = 1.0  # 0.0 = greedy
+    top_p: float = 1.0
+    eos_ids: tuple[int, ...] = ()
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclasses.dataclass
+class SampleResult:
+    tokens: np.ndarray  # [B, max_new_tokens] int32, pad_id after the end
+    logprobs: np.ndarray  # [B, max_new_tokens] float32, log p_theta at T=1; 0 after the end
+    lengths: np.ndarray  # [B] valid generated tokens (including the EOS / stop sequence)
+    finish_reasons: list[str]  # "eos" | "stop" | "length"
+
+    def completions(self) -> list[list[int]]:
+        return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths, strict=True)]
+
+
+def bucket_length(n: int, buckets: Sequence[int] | None, min_bucket: int = 16) -> int:
+    """Smallest configured bucket >= n (or the next power of two >= max(n, min_bucket))."""
+    if buckets:
+        for b in sorted(buckets):
+            if b >= n:
+                return b
+        raise SamplerError(f"length {n} exceeds the largest bucket {max(buckets)}")
+    return max(min_bucket, 1 << max(0, (n - 1).bit_length()))
+
+
+def _top_p_filter(logits: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Keep the smallest set of tokens whose probability mass reaches top_p (ties included)."""
+    sorted_logits = jnp.sort(logits, axis=-1)[:, ::-1]
+    probs = jax.nn.softmax(sorted_logits, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    keep = mass_before < top_p
+    cutoff = jnp.min(jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(logits >= cutoff, logits, -jnp.inf)
+
+
+def _choose(
+    logits: jax.Array, key: jax.Array, temperature: jax.Array, top_p: jax.Array,
+    greedy: bool, use_top_p: bool,
+) -> jax.Array:
+    if greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    scaled = logits / temperature
+    if use_top_p:
+        scaled = _top_p_filter(scaled, top_p)
+    return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdef", "max_new", "cache_len", "greedy", "use_top_p", "pad_id"),
+)
+def _generate(
+    graphdef: Any,
+    params: Any,
+    prompt: jax.Array,
+    prompt_len: jax.Array,
+    rng: jax.Array,
+    eos_ids: jax.Array,
+    temperature: jax.Array,
+    top_p: jax.Array,
+    *,
+    max_new: int,
+    cache_len: int,
+    greedy: bool,
+    use_top_p: bool,
+    pad_id: int,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    model: Transformer = nnx.merge(graphdef, params)
+    b, p = prompt.shape
+    pad = p - prompt_len
+    idx = jnp.arange(p, dtype=jnp.int32)[None, :]
+    prompt_valid = idx >= pad[:, None]
+    positions = jnp.maximum(idx - pad[:, None], 0)
+    hidden, cache = model.prefill(prompt, positions, prompt_valid, cache_len)
+    logits = model.logits(hidden[:, -1])
+    key_valid = jnp.zeros((b, cache_len), bool).at[:, :p].set(prompt_valid)
+
+    out_tok, out_lp, done, n_steps, _ = decode_loop(
+        model, logits, cache, key_valid, p, prompt_len, rng, eos_ids, temperature, top_p,
+        max_new=max_new, greedy=greedy, use_top_p=use_top_p, pad_id=pad_id,
+    )
+    return out_tok, out_lp, done, n_steps
+
+
+def decode_loop(
+    model: Transformer,
+    logits: jax.Array,
+    cache: Any,
+    key_valid: jax.Array,
+    start_slot: int | jax.Array,
+    start_pos: jax.Array,
+    rng: jax.Array,
+    eos_ids: jax.Array,
+    temperature: jax.Array,
+    top_p: jax.Array,
+    *,
+    max_new: int,
+    greedy: bool,
+    use_top_p: bool,
+    pad_id: int,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, Any]:
+    """Device-side sampling loop (call inside jit).
+
+    logits [B, V]: next-token logits after the prompt; cache: per-layer (k, v) [B, K, T, D];
+    key_valid [B, T]; token i is written to cache slot start_slot + i with rotary position
+    start_pos + i. Returns (tokens [B, max_new], logprobs at T=1 [B, max_new], done [B], steps,
+    final cache).
+    """
+    b = logits.shape[0]
+    out_tok = jnp.full((b, max_new), pad_id, jnp.int32)
+    out_lp = jnp.zeros((b, max_new), jnp.float32)
+    done = jnp.zeros((b,), bool)
+
+    def cond(carry: tuple[Any, ...]) -> jax.Array:
+        i, done = carry[0], carry[5]
+        return (i < max_new) & ~jnp.all(done)
+
+    def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        i, logits, cache, key_valid, out, done = carry
+        out_tok, out_lp = out
+        tok = _choose(logits, jax.random.fold_in(rng, i), temperature, top_p, greedy, use_top_p)
+        lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
+        tok = jnp.where(done, pad_id, tok)
+        lp = jnp.where(done, 0.0, lp)
+        out_tok = jax.lax.dynamic_update_slice(out_tok, tok[:, None], (0, i))
+        out_lp = jax.lax.dynamic_update_slice(out_lp, lp[:, None], (0, i))
+        done = done | jnp.any(tok[:, None] == eos_ids[None, :], axis=-1)
+        slot = start_slot + i
+        key_valid = jax.lax.dynamic_update_slice(key_valid, jnp.ones((b, 1), bool), (0, slot))
+        logits, cache = model.decode_step(tok, start_pos + i, cache, slot, key_valid)
+        return i + 1, logits, cache, key_valid, (out_tok, out_lp), done
+
+    carry = (jnp.int32(0), logits, cache, key_valid, (out_tok, out_lp), done)
+    n_steps, _, cache, _, (out_tok, out_lp), done = jax.lax.while_loop(cond, body, carry)
+    return out_tok, out_lp, done, n_steps, cache
+
+
+class Sampler:
+    """Generates completions for batches of token-id prompts with a fixed model graph."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        *,
+        pad_id: int = 0,
+        prompt_buckets: Sequence[int] | None = None,
+        cache_buckets: Sequence[int] | None = None,
+        min_bucket: int = 16,
+    ):
+        self.graphdef, self.params = nnx.split(model)
+        self.pad_id = pad_id
+        self.prompt_buckets = tuple(prompt_buckets) if prompt_buckets else None
+        self.cache_buckets = tuple(cache_buckets) if cache_buckets else None
+        self.min_bucket = min_bucket
+
+    def update_params(self, model_or_params: Any) -> None:
+        """Use new weights (same graph) without recompiling."""
+        if isinstance(model_or_params, nnx.Module):
+            _, self.params = nnx.split(model_or_params)
+        else:
+            self.params = model_or_params
+
+    def shapes_for(self, max_prompt_len: int, max_new_tokens: int) -> tuple[int, int]:
+        p = bucket_length(max_prompt_len, self.prompt_buckets, self.min_bucket)
+        t = bucket_length(p + max_new_tokens, self.cache_buckets, self.min_bucket)
+        return p, t
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], cfg: SamplingConfig, rng: jax.Array
+    ) -> SampleResult:
+        if not prompts or any(len(pr) == 0 for pr in prompts):
+            raise SamplerError("every prompt needs at least one token")
+        lens = np.array([len(pr) for pr in prompts], np.int32)
+        p, t = self.shapes_for(int(lens.max()), cfg.max_new_tokens)
+        batch = np.full((len(prompts), p), self.pad_id, np.int32)
+        for row, pr in enumerate(prompts):
+            batch[row, p - len(pr):] = pr
+        greedy = cfg.temperature == 0.0
+        eos = np.array(cfg.eos_ids or (-1,), np.int32)
+        toks, lps, done, _ = _generate(
+            self.graphdef,
+            self.params,
+            jnp.asarray(batch),
+            jnp.asarray(lens),
+            rng,
+            jnp.asarray(eos),
+            jnp.float32(cfg.temperature if not greedy else 1.0),
+            jnp.float32(cfg.top_p),
+            max_new=cfg.max_new_tokens,
+            cache_len=t,
+            greedy=greedy,
+            use_top_p=(not greedy) and cfg.top_p < 1.0,
+            pad_id=self.pad_id,
+        )
+        return self._finish(np.asarray(toks), np.asarray(lps), np.asarray(done), cfg)
+
+    def _finish(
+        self, toks: np.ndarray, lps: np.ndarray, done: np.ndarray, cfg: SamplingConfig
+    ) -> SampleResult:
+        toks, lps = toks.copy(), lps.copy()
+        eos = set(cfg.eos_ids)
+        lengths = np.zeros(len(toks), np.int32)
+        reasons: list[str] = []
+        for r, row in enumerate(toks):
+            n, reason = len(row), "length"
+            if done[r]:
+                n = next(j for j, tok in enumerate(row) if tok in eos) + 1
+                reason = "eos"
+            stop_end = _first_stop_end(row[:n].tolist(), cfg.stop_sequences)
+            if stop_end is not None:
+                n, reason = stop_end, "stop"
+            toks[r, n:] = self.pad_id
+            lps[r, n:] = 0.0
+            lengths[r] = n
+            reasons.append(reason)
+        return SampleResult(tokens=toks, logprobs=lps, lengths=lengths, finish_reasons=reasons)
+
+
+def _first_stop_end(row: list[int], stops: Sequence[Sequence[int]]) -> int | None:
+    """Index just past the earliest-ending stop sequence in `row`, if any."""
+    best: int | None = None
+    for stop in stops:
+        k = len(stop)
+        if k == 0:
+            continue
+        for end in range(k, len(row) + 1):
+            if best is not None and end >= best:
+                break
+            if row[end - k:end] == list(stop):
+                best = end
+                break
+    return best
