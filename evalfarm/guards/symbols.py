@@ -137,9 +137,10 @@ def _r(guard: str, pattern: str, reason: str, flag: str | None = None) -> _SymRu
 _IMPORT_RULES: tuple[_SymRule, ...] = (
     _r("side_stream", r"^(cudaStreamCreate\w*|cuStreamCreate\w*|cublasSetStream\w*|"
        r"cublasLtSetStream\w*|cudnnSetStream|cudaLaunchHostFunc|cuLaunchHostFunc|"
-       r"cudaStreamAddCallback|cuStreamAddCallback)$|getStreamFromExternal|setCurrentCUDAStream",
-       # Not getStreamFromPool: torch's CUDA headers emit an inline helper that imports it in
-       # every extension that includes ATen/cuda/CUDAContext.h; the source check catches calls.
+       r"cudaStreamAddCallback|cuStreamAddCallback)$|getStreamFromExternal",
+       # Not getStreamFromPool or setCurrentCUDAStream: torch's CUDA headers (CUDAContext.h,
+       # CUDAGuard.h) emit inline helpers that import them in honest extensions; the source
+       # check catches explicit calls.
        "creates or switches CUDA streams; work on a side stream escapes the timer",
        "allow_streams"),
     _r("host_thread", r"^(pthread_create|thrd_create|clone|clone3)$|^_ZNSt6thread|^_ZNSt7jthread|"

@@ -1,0 +1,117 @@
+"""GPU-only tests: inline CUDA, faults that must leave the farm healthy, the timing protocol.
+
+Run on a CUDA host: ``pytest -m gpu -v``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.scoring import as_candidate, as_task, score
+
+pytestmark = pytest.mark.gpu
+
+CFG = ScoreConfig(device="cuda", num_correctness_inputs=200, timing_budget_s=5.0)
+
+
+@pytest.fixture(scope="module")
+def relu_task(data_dir):
+    return as_task(str(data_dir / "gpu" / "task_relu.py"))
+
+
+def _score(task, data_dir, name, pool, **changes):
+    return score(task, as_candidate(str(data_dir / "gpu" / name)), CFG.replace(**changes), build_pool=pool)
+
+
+def test_inline_cuda_candidate_builds_for_the_device_arch_and_scores(relu_task, data_dir, build_pool):
+    import torch
+
+    r = _score(relu_task, data_dir, "cand_cuda_relu.py", build_pool)
+    assert r.verdict is Verdict.OK, r.detail
+    major, minor = torch.cuda.get_device_capability(0)
+    assert r.evidence.build["arch"] == f"sm_{major}{minor}"
+    assert r.evidence.inputs_on_device
+    assert 0.3 < r.speedup < 1.6  # a plain one-element-per-thread kernel: near torch's, not far off
+    assert r.evidence.device_name.startswith("NVIDIA")
+
+
+def test_illegal_memory_access_is_cuda_fault_and_the_next_candidate_is_fine(relu_task, data_dir, build_pool):
+    r = _score(relu_task, data_dir, "cand_cuda_illegal_address.py", build_pool)
+    assert r.verdict is Verdict.CUDA_FAULT, r.detail
+    ok = _score(relu_task, data_dir, "cand_cuda_relu.py", build_pool)
+    assert ok.verdict is Verdict.OK, ok.detail
+
+
+def test_identical_candidate_scores_one(relu_task, data_dir, build_pool):
+    r = _score(relu_task, data_dir, "cand_same.py", build_pool)
+    assert r.verdict is Verdict.OK
+    assert 0.97 <= r.speedup <= 1.03, r.evidence.timing
+    assert r.evidence.timing.stable
+
+
+def test_doing_the_work_twice_scores_half(relu_task, data_dir, build_pool):
+    r = _score(relu_task, data_dir, "cand_twice.py", build_pool)
+    assert r.verdict is Verdict.OK
+    # 0.5 plus what the second pass gains from the part of x still in L2 (measured: 0.566 on an H200)
+    assert 0.45 <= r.speedup <= 0.62, r.evidence.timing
+
+
+def test_side_stream_work_is_timed_and_the_gap_reported(relu_task, data_dir, build_pool):
+    # Under the default policy the static guard refuses it outright ...
+    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool)
+    assert r.verdict is Verdict.HACK_DETECTED and "side_stream" in r.detail
+    # ... and with the guard off, the device-wide sync still times the work honestly.
+    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool, guard_policy="permissive")
+    assert r.verdict is Verdict.OK, r.detail
+    assert r.speedup <= 0.5, r.evidence.timing  # three relus on a side stream are not free
+    assert r.evidence.timing.event_wall_gap is not None and r.evidence.timing.event_wall_gap > 3
+    assert any(g.startswith("event_wall_gap") for g in r.evidence.guards)
+
+
+def test_thousand_input_correctness_is_quick_on_a_level1_task(build_pool):
+    from evalfarm.tasks import builtin_suite
+
+    suite = builtin_suite()
+    task = suite.load("L1/1")
+    fast = next(v for v in suite.variants("L1/1") if v.kind == "fast" and v.runs_on("cuda"))
+    r = score(task, fast.load(), ScoreConfig(device="cuda"), build_pool=build_pool)
+    assert r.verdict is Verdict.OK, r.detail
+    assert r.evidence.correctness_inputs == 1000
+    assert r.evidence.phases_s["correctness"] < 5.0, r.evidence.phases_s
+
+
+def test_builtin_cuda_variants_pass_static_and_symbol_guards():
+    """No false positives: every shipped CUDA kernel builds for the device and no guard fires."""
+    from evalfarm.build import BuildPool
+    from evalfarm.devices import build_arch
+    from evalfarm.guards import (
+        check_candidate_source,
+        check_extension_symbols,
+        read_dynamic_symbols,
+    )
+    from evalfarm.tasks import builtin_suite
+
+    suite = builtin_suite()
+    arch = build_arch("cuda")
+    checked = 0
+    builds = []
+    with BuildPool(max_workers=8) as pool:  # the default cache: later benchmarks get hits
+        for entry in suite.entries:
+            task = suite.load(entry.task_id)
+            for v in suite.variants(entry.task_id):
+                if v.devices == "cuda":
+                    src = v.load().source
+                    assert check_candidate_source(src, reference_source=task.source) == [], v.path
+                    builds.append((v, pool.submit(src, arch)))
+        reports = [(v, f.result()) for v, f in builds]
+    problems = []
+    for v, report in reports:
+        assert report.status == "ok", (v.path, report.log[-2000:])
+        for ext in report.extensions:
+            imports = sorted({s.name for s in read_dynamic_symbols(ext["so_path"]) if not s.defined})
+            print(v.path.name, "imports:", " ".join(n for n in imports if not n.startswith(("Py", "_Py"))))
+            problems += [(v.path.name, f) for f in check_extension_symbols(ext["so_path"])]
+            checked += 1
+    assert problems == []
+    assert checked >= 6
