@@ -5,6 +5,10 @@ output must be small, and every element must be within ``rtol * |ref| + atol * r
 Scaling the absolute term by the reference's RMS keeps tiny outputs from passing with
 constants and large outputs from failing on rounding. The *kernelbench* policy is
 ``torch.allclose(out, ref, atol=1e-2, rtol=1e-2)``, KernelBench's own check.
+
+Under both policies a constant output (e.g. all zeros) is rejected when the reference varies
+by more than the dtype's relative tolerance: on tasks whose outputs are tiny, a constant
+would otherwise pass an absolute tolerance.
 """
 
 from __future__ import annotations
@@ -100,6 +104,11 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict")
     else:
         n_finite = max(ref.numel(), 1)
 
+    if all_finite:
+        problem = _constant_output(out, ref)
+        if problem:
+            return Comparison(False, problem)
+
     # float64 references are compared in float64; everything else in float32, which resolves
     # errors far below the tightest float32 tolerance and costs half the memory traffic.
     work = torch.float64 if ref.dtype in (torch.float64, torch.complex128) else torch.float32
@@ -139,6 +148,28 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict")
             rel_l2, max_abs, idx,
         )
     return Comparison(True, "", rel_l2, max_abs, worst_idx)
+
+
+def _constant_output(out: torch.Tensor, ref: torch.Tensor) -> str:
+    """Why ``out`` is a constant standing in for a varying reference ("" when it is not).
+
+    The reference "varies" when its spread exceeds the dtype's elementwise rtol times its
+    largest magnitude, so an honest constant approximation of a (nearly) constant reference
+    is never flagged. Both tensors are finite and of equal shape.
+    """
+    if ref.numel() < 2:
+        return ""
+    first = out.flatten()[0]
+    if not bool((out == first).all()):
+        return ""
+    r_min, r_max = (float(v) for v in torch.aminmax(ref.flatten().to(torch.float64)))
+    rtol = STRICT_TOLERANCES.get(ref.dtype, STRICT_TOLERANCES[torch.float32])[1]
+    if r_max - r_min <= rtol * max(abs(r_min), abs(r_max)):
+        return ""
+    value = float(first)
+    shown = "0.0" if value == 0 else f"{value:.6g}"
+    return (f"output is constant (all {shown}) while the reference varies "
+            f"(from {r_min:.3g} to {r_max:.3g})")
 
 
 def compare_outputs(out: object, ref: object, policy: str = "strict") -> Comparison:

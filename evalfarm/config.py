@@ -44,6 +44,10 @@ class ScoreConfig:
     # Resource limits for the candidate process.
     memory_limit_bytes: int = 16 << 30
     file_size_limit_bytes: int = 1 << 30
+    # Outlier re-verification: an OK score above this is measured again in a fresh judge and
+    # worker (new secret seed) and kept only if the two agree within 10%; else the lower one
+    # is returned. 0 disables it.
+    reverify_above: float = 3.0
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -75,6 +79,8 @@ class ScoreConfig:
             raise ConfigError("first_call_timeout_s must be >= 0")
         if self.build_timeout_s <= 0:
             raise ConfigError("build_timeout_s must be > 0")
+        if not self.reverify_above >= 0:  # also rejects NaN
+            raise ConfigError("reverify_above must be >= 0 (0 disables re-verification)")
 
     @property
     def is_cuda(self) -> bool:

@@ -44,7 +44,11 @@ class Evidence:
     build: dict[str, Any] = dataclasses.field(default_factory=dict)
     phases_s: dict[str, float] = dataclasses.field(default_factory=dict)
     guards: list[str] = dataclasses.field(default_factory=list)  # guard notes (what fired, or warnings)
+    # Set when an outlier score was measured again: {"speedup", "agreed", "where"}.
     reverified: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # What the candidate's process was isolated with, as its worker reported it, e.g.
+    # ["network namespace", "no process limit: RLIMIT_NPROC not effective: running as root"].
+    isolation: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

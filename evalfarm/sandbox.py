@@ -1,13 +1,17 @@
 """Process isolation for code we do not trust: own session, resource limits, a clean environment.
 
 Applied by our own entry points (build runner, candidate worker) before any candidate code
-runs. Network and filesystem namespaces are not set up here; see docs/security.md for
-what each deployment adds on top.
+runs. The candidate worker also asks for a private network namespace (best effort: it needs
+CAP_SYS_ADMIN) and a process-count limit (not effective for root); ``isolate_process`` says
+what was obtained. Filesystem namespaces are not set up here; see docs/security.md for what
+each deployment adds on top.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import errno
 import os
 import resource
 import shutil
@@ -41,6 +45,56 @@ def apply_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
     if limits.memory_bytes is not None:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+
+
+CLONE_NEWNET = 0x40000000
+# Processes (and threads: Linux counts both) the candidate's user may own under RLIMIT_NPROC.
+# Generous enough for OpenMP pools and compilers, small enough to stop a fork bomb.
+MAX_PROCESSES = 4096
+
+
+def enter_network_namespace() -> str:
+    """Move the calling process into a new, empty network namespace (only a loopback, down).
+
+    Call it before any other thread exists: namespaces are per thread, and threads started
+    earlier keep the old one. Returns "" on success, else why it was not possible.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError as err:
+        return f"libc not loadable: {err}"
+    if libc.unshare(CLONE_NEWNET) == 0:
+        return ""
+    code = ctypes.get_errno()
+    return f"unshare(CLONE_NEWNET) failed: {errno.errorcode.get(code, code)} ({os.strerror(code)})"
+
+
+def limit_processes(max_processes: int = MAX_PROCESSES) -> str:
+    """Cap RLIMIT_NPROC. Returns "" when the cap is in force, else why it is not."""
+    if os.geteuid() == 0:
+        return "RLIMIT_NPROC not effective: running as root"
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        n = max_processes if hard == resource.RLIM_INFINITY else min(max_processes, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    except (OSError, ValueError) as err:
+        return f"RLIMIT_NPROC not set: {err}"
+    return ""
+
+
+def isolate_process(network: bool = True) -> list[str]:
+    """Best-effort isolation of the calling process; returns what was and was not obtained.
+
+    Entries are "network namespace", "no network namespace: <why>", "process limit N" or
+    "no process limit: <why>". Never raises: a refused request is recorded, not fatal.
+    """
+    notes: list[str] = []
+    if network:
+        why = enter_network_namespace()
+        notes.append("network namespace" if not why else f"no network namespace: {why}")
+    why = limit_processes()
+    notes.append(f"process limit {MAX_PROCESSES}" if not why else f"no process limit: {why}")
+    return notes
 
 
 def project_root() -> str:

@@ -30,8 +30,37 @@ def test_one_bad_element_fails_elementwise_and_names_it():
 
 def test_constant_output_fails_on_tiny_outputs():
     r = 1e-4 * torch.randn(4096)
-    assert compare_outputs(torch.zeros_like(r), r, "kernelbench").ok  # the loose check is fooled
-    assert not compare_outputs(torch.zeros_like(r), r).ok
+    # allclose(atol=1e-2) alone is fooled by zeros here; the constant-output check is not.
+    assert torch.allclose(torch.zeros_like(r), r, atol=1e-2, rtol=1e-2)
+    for policy in ("strict", "kernelbench"):
+        c = compare_outputs(torch.zeros_like(r), r, policy)
+        assert not c.ok
+        assert c.reason.startswith("output is constant (all 0.0) while the reference varies"), c.reason
+
+
+def test_nonzero_constant_output_is_rejected_under_both_policies():
+    r = 1e-4 * torch.randn(64, 64) + 3e-4
+    const = torch.full_like(r, float(r.mean()))
+    for policy in ("strict", "kernelbench"):
+        c = compare_outputs(const, r, policy)
+        assert not c.ok and "output is constant (all 0.0003" in c.reason, c.reason
+
+
+def test_constant_output_is_fine_when_the_reference_is_constant_too():
+    for policy in ("strict", "kernelbench"):
+        assert compare_outputs(torch.zeros(100), torch.zeros(100), policy).ok
+        assert compare_outputs(torch.ones(100), torch.ones(100), policy).ok
+        # a reference that is constant up to rounding noise may be matched by an exact constant
+        r = torch.full((100,), 0.25) + 1e-9 * torch.randn(100)
+        assert compare_outputs(torch.full((100,), 0.25), r, policy).ok
+        # a single element is never "constant" output
+        assert compare_outputs(torch.zeros(1), torch.full((1,), 1e-4), "kernelbench").ok
+
+
+def test_constant_output_check_covers_half_precision():
+    r = (1e-3 * torch.randn(512)).half()
+    c = compare_outputs(torch.zeros_like(r), r, "kernelbench")
+    assert not c.ok and "constant" in c.reason
 
 
 def test_nan_and_inf_patterns_must_match():

@@ -187,3 +187,75 @@ def test_static_guard_fires_before_anything_runs(task, build_pool):
     r = score(task, Candidate(source=src), QUICK, build_pool=build_pool)
     assert r.verdict is Verdict.HACK_DETECTED and "side_stream" in r.detail
     assert time.monotonic() - t0 < 5 and "judge_setup" not in r.evidence.phases_s
+
+
+def _ok(speedup: float):
+    from evalfarm.result import Evidence, ScoreResult, TimingEvidence
+
+    return ScoreResult(verdict=Verdict.OK, speedup=round(speedup, 2),
+                       evidence=Evidence(timing=TimingEvidence(raw_speedup=speedup)))
+
+
+def _reverify(first, second, **changes):
+    """Evaluation._reverify with a stand-in judge run that returns ``second``."""
+    from types import SimpleNamespace
+
+    from evalfarm.scoring import Evaluation
+
+    calls = []
+
+    def judge_run(arch):
+        calls.append(arch)
+        return second
+
+    fake = SimpleNamespace(config=QUICK.replace(**changes), _cancelled=False, _judge_run=judge_run)
+    return Evaluation._reverify(fake, first, "cpu"), calls
+
+
+def test_outlier_that_reproduces_keeps_the_first_score():
+    kept, calls = _reverify(_ok(5.0), _ok(5.3))
+    assert calls == ["cpu"] and kept.speedup == 5.0
+    assert kept.evidence.reverified == {"speedup": 5.3, "agreed": True, "where": "fresh process, same device",
+                                        "first_speedup": 5.0}
+
+
+def test_outlier_that_does_not_reproduce_returns_the_lower_score():
+    kept, _ = _reverify(_ok(8.0), _ok(1.1))
+    assert kept.speedup == 1.1
+    assert kept.evidence.reverified["agreed"] is False and kept.evidence.reverified["speedup"] == 1.1
+    assert any("reporting the lower" in g for g in kept.evidence.guards)
+    # the second run higher: the first (lower) is kept
+    kept, _ = _reverify(_ok(4.0), _ok(9.0))
+    assert kept.speedup == 4.0 and kept.evidence.reverified["agreed"] is False
+
+
+def test_reverification_only_above_the_limit_and_failures_win():
+    from evalfarm.result import ScoreResult
+
+    _, calls = _reverify(_ok(2.9), _ok(1.0))
+    assert calls == []
+    _, calls = _reverify(_ok(50.0), _ok(1.0), reverify_above=0.0)
+    assert calls == []
+    bad = ScoreResult(verdict=Verdict.HACK_DETECTED, detail="guard timed_output_audit: x")
+    kept, _ = _reverify(_ok(6.0), bad)
+    assert kept.verdict is Verdict.HACK_DETECTED and "first run scored 6x" in kept.detail
+    infra = ScoreResult(verdict=Verdict.INFRA_ERROR, detail="judge died")
+    kept, _ = _reverify(_ok(6.0), infra)
+    assert kept.verdict is Verdict.OK and kept.evidence.reverified["agreed"] is False
+
+
+def test_reverify_config_is_validated():
+    from evalfarm.config import ConfigError
+
+    with pytest.raises(ConfigError, match="reverify_above"):
+        QUICK.replace(reverify_above=-1.0)
+    with pytest.raises(ConfigError, match="reverify_above"):
+        QUICK.replace(reverify_above=float("nan"))
+
+
+def test_reverification_runs_a_second_judge_end_to_end(task, data_dir, build_pool):
+    r = _score(task, data_dir, "cand_same.py", build_pool, reverify_above=0.01)
+    assert r.verdict is Verdict.OK, r.detail
+    rv = r.evidence.reverified
+    assert rv["where"] == "fresh process, same device" and rv["speedup"] > 0
+    assert isinstance(rv["agreed"], bool)

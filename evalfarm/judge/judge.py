@@ -74,6 +74,8 @@ class WorkerHandle:
         self._stderr = open(self.stderr_path, "wb")  # a file, so a chatty candidate never blocks on a pipe
         fd = child_sock.fileno()
         extra = {}
+        if "EVALFARM_WORKER_NETNS" in os.environ:  # "0" lets a deployment keep the host's network
+            extra["EVALFARM_WORKER_NETNS"] = os.environ["EVALFARM_WORKER_NETNS"]
         if device.startswith("cuda"):
             idx = device.split(":")[1] if ":" in device else "0"
             extra["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(idx)
@@ -266,6 +268,10 @@ class Judge:
         if ready.get("op") != "ready":
             self._raise_worker_error(ready, worker)
         self.evidence.build["worker_extensions"] = ready.get("extensions", [])
+        isolation = ready.get("isolation", [])
+        if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
+            raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
+        self.evidence.isolation = [x[:300] for x in isolation[:8]]
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
         return self._measure(worker)
@@ -487,6 +493,8 @@ class Judge:
             raise Verdicted(mapping[kind], detail)
         if kind == "global_state":
             raise Verdicted(Verdict.HACK_DETECTED, f"guard global_state: {detail}")
+        if kind == "persistent_output":
+            raise Verdicted(Verdict.HACK_DETECTED, f"guard persistent_output: {detail}")
         if kind == "reference":
             raise Verdicted(Verdict.HACK_DETECTED, "guard reference_integrity: the reference failed in the "
                             f"candidate's process but not in the judge's: {detail}")

@@ -7,6 +7,13 @@ candidate's outputs back for the judge to check. It never sees the input seed or
 judge's reference outputs, and it never gives a verdict: the judge does.
 
 Every round looks the same from inside, whether the judge will audit its output or not.
+
+Before torch (and any thread) starts, the worker asks for a private network namespace and
+a process limit (best effort, see ``evalfarm.sandbox.isolate_process``) and reports what it
+obtained in its "ready" message. After every round, outside the timed calls, it checks that
+the candidate's output is freshly allocated: not the storage it returned in the previous
+round (kept alive here, so the allocator cannot legitimately hand it out again) and not a
+view of its own inputs unless the reference's output is one too.
 """
 
 from __future__ import annotations
@@ -39,14 +46,64 @@ def _error_kind(err: BaseException) -> str:
     return "cuda_fault" if any(m in text for m in _CUDA_FAULT_MARKERS) else "runtime"
 
 
+def _storage_span(t: Any) -> tuple[int, int]:
+    """[start, end) of the memory block behind a tensor (its whole storage)."""
+    st = t.untyped_storage()
+    start = st.data_ptr()
+    return start, start + st.nbytes()
+
+
+def _data_span(t: Any) -> tuple[int, int]:
+    """[start, end) of the bytes a contiguous tensor's elements occupy."""
+    start = t.data_ptr()
+    return start, start + t.numel() * t.element_size()
+
+
+def _overlaps(a: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+    return a[1] > a[0] and any(s < a[1] and a[0] < e for s, e in spans if e > s)
+
+
+def alias_problem(cand_outs: list[Any], cand_inputs: list[Any], prev_cand_storages: list[int],
+                  ref_outs: list[Any], ref_inputs: list[Any], prev_ref_storages: list[int]) -> str:
+    """Why the candidate's outputs are not fresh memory ("" when they are).
+
+    A candidate output is flagged when its storage is one the candidate returned in the
+    previous round, unless the reference's output persists across rounds too; or when it
+    overlaps one of the candidate's inputs, unless the reference's output overlaps its own
+    inputs. Empty tensors are ignored (they own no memory).
+    """
+    ref_spans = [_storage_span(o) for o in ref_outs if isinstance(o, Tensor) and o.numel()]
+    ref_in = [_data_span(a) for a in ref_inputs if isinstance(a, Tensor)]
+    ref_persists = any(s[0] in prev_ref_storages for s in ref_spans)
+    ref_aliases_input = any(_overlaps(s, ref_in) for s in ref_spans)
+    cand_in = [_data_span(a) for a in cand_inputs if isinstance(a, Tensor)]
+    for i, o in enumerate(cand_outs):
+        if not o.numel():
+            continue
+        span = _storage_span(o)
+        if not ref_persists and span[0] in prev_cand_storages:
+            return (f"output {i} is the same storage the candidate returned in the previous call "
+                    "(a persistent output buffer: results can be reused or written after the call)")
+        if not ref_aliases_input and _overlaps(span, cand_in):
+            return f"output {i} shares memory with the candidate's inputs, while the reference's does not"
+    return ""
+
+
+Tensor: Any = None  # torch.Tensor, bound when torch is imported
+
+
 class Worker:
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, isolation: list[str] | None = None) -> None:
         from multiprocessing.connection import Connection
 
         from evalfarm.judge import wire
 
         self.wire = wire
         self.conn = Connection(fd)
+        self.isolation = isolation or []
+        self._prev_cand_storages: list[int] = []
+        self._prev_ref_storages: list[int] = []
+        self._held: list[Any] = []  # last round's outputs, kept alive so their memory is not reused
 
     def send(self, msg: dict[str, Any]) -> None:
         self.wire.send_json(self.conn, msg)
@@ -59,6 +116,8 @@ class Worker:
     def run(self) -> None:
         import torch  # before waiting: the import overlaps the judge's own set-up
 
+        global Tensor
+        Tensor = torch.Tensor
         init = self.wire.recv_pickle(self.conn)
         from evalfarm.sandbox import Limits, apply_limits
 
@@ -117,6 +176,7 @@ class Worker:
         self.send({
             "op": "ready",
             "load_s": (_perf_ns() - load_start) / 1e9,
+            "isolation": self.isolation,
             "extensions": [{"name": b.name, "key": b.key, "cache_hit": b.cache_hit, "seconds": b.seconds}
                            for b in ext_state.built],
         })
@@ -165,7 +225,9 @@ class Worker:
     def run_round(self, rd: dict[str, Any]) -> dict[str, Any]:
         r = int(rd["r"])
         timings: dict[str, Any] = {"r": r}
-        cand_out = None
+        cand_out = ref_out = None
+        ref_args = self._args(rd["ref"])
+        cand_args = self._args(rd["cand"])
         # The state check runs before the round and after it, never between the two calls, so
         # neither call pays for it (a cache-polluting check before one call biases the ratio).
         problem = self._state_problem(r)
@@ -174,14 +236,14 @@ class Worker:
         for which in (("ref", "cand") if rd["first"] == "ref" else ("cand", "ref")):
             if which == "ref":
                 try:
-                    _, t, ev = self._timed(self.ref, self._args(rd["ref"]))
+                    ref_out, t, ev = self._timed(self.ref, ref_args)
                 except BaseException as err:  # noqa: BLE001
                     return {"op": "error", "kind": "reference", "round": r,
                             "detail": f"{type(err).__name__}: {err}"[-4000:]}
                 timings["t_ref"], timings["e_ref"] = t, ev
             else:
                 try:
-                    cand_out, t, ev = self._timed(self.cand, self._args(rd["cand"]))
+                    cand_out, t, ev = self._timed(self.cand, cand_args)
                 except BaseException as err:  # noqa: BLE001
                     return {"op": "error", "kind": _error_kind(err), "round": r,
                             "detail": traceback.format_exc()[-8000:]}
@@ -194,6 +256,16 @@ class Worker:
         problem = self._structure_problem(outs, cand_out, slots)
         if problem:
             return {"op": "error", "kind": "structure", "round": r, "detail": problem}
+        # Outside the timed calls, and the same in every round (audited or not).
+        ref_outs = [o for o in (ref_out if isinstance(ref_out, tuple | list) else [ref_out])
+                    if type(o) is self.torch.Tensor]
+        problem = alias_problem(outs, cand_args, self._prev_cand_storages,
+                                ref_outs, ref_args, self._prev_ref_storages)
+        if problem:
+            return {"op": "error", "kind": "persistent_output", "round": r, "detail": problem}
+        self._held = [*outs, *ref_outs]
+        self._prev_cand_storages = [_storage_span(o)[0] for o in outs if o.numel()]
+        self._prev_ref_storages = [_storage_span(o)[0] for o in ref_outs if o.numel()]
         try:
             for o, s in zip(outs, slots, strict=True):
                 self.out_arena.view(s).copy_(o)
@@ -230,7 +302,11 @@ class Worker:
 def main() -> None:
     _die_with_parent()
     fd = int(sys.argv[1])
-    worker = Worker(fd)
+    # First, while this process has a single thread (namespaces are per thread).
+    from evalfarm.sandbox import isolate_process
+
+    isolation = isolate_process(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0")
+    worker = Worker(fd, isolation)
     worker.run()
 
 
