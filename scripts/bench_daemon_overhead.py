@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -34,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from evalfarm import scoring  # noqa: E402
 from evalfarm.config import ScoreConfig  # noqa: E402
+from evalfarm.server.cli import wait_for_listening_port  # noqa: E402
 from evalfarm.tasks import builtin_suite  # noqa: E402
 from evalfarm.v1 import evalfarm_pb2 as pb  # noqa: E402
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc  # noqa: E402
@@ -44,24 +43,12 @@ def start_daemon(cache_dir: str, timeout: float = 60.0) -> tuple[subprocess.Pope
            "--cache-dir", cache_dir, "--log-level", "WARNING"]
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    port: list[int] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(r"listening on .*:(\d+)$", line.strip())
-            if m:
-                port.append(int(m.group(1)))
-                return
-
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    t.join(timeout)
-    if not port:
+    port = wait_for_listening_port(proc, timeout)
+    if port is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
         raise SystemExit("daemon did not start")
-    return proc, port[0]
+    return proc, port
 
 
 def main() -> int:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from evalfarm.server.config import (
@@ -18,6 +21,30 @@ from evalfarm.server.gpus import gpu_names, parse_gpu_list
 
 log = logging.getLogger("evalfarm.server")
 
+
+
+LISTENING_PREFIX = "evalfarm serve: listening on "
+
+
+def wait_for_listening_port(proc: subprocess.Popen[str], timeout: float) -> int | None:
+    """The port a daemon started with ``--port 0`` printed on stdout, or None after timeout.
+
+    For supervisors and tests that start ``evalfarm serve`` as a child with stdout piped.
+    """
+    found: list[int] = []
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = re.search(r"listening on .*:(\d+)$", line.strip())
+            if m:
+                found.append(int(m.group(1)))
+                return
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    t.join(timeout)
+    return found[0] if found else None
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     p = parser
@@ -103,7 +130,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     def announce(daemon: object) -> None:
         port = getattr(daemon, "port", None)
-        print(f"evalfarm serve: listening on {config.host}:{port}", flush=True)
+        print(f"{LISTENING_PREFIX}{config.host}:{port}", flush=True)
 
     try:
         return asyncio.run(run_daemon(config, ready=announce))

@@ -28,6 +28,7 @@ import pytest
 
 from evalfarm.config import ScoreConfig
 from evalfarm.result import Evidence, ScoreResult
+from evalfarm.server.cli import wait_for_listening_port
 from evalfarm.server.config import ServerConfig
 from evalfarm.server.daemon import Daemon
 from evalfarm.tasks import Candidate, Task
@@ -257,24 +258,12 @@ def spawn_daemon(tmp_path: Path) -> Iterator[Any]:
 
 
 def _read_port(proc: subprocess.Popen[str], timeout: float, log_path: Path) -> int:
-    found: list[int] = []
-
-    def reader() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(r"listening on .*:(\d+)$", line.strip())
-            if m:
-                found.append(int(m.group(1)))
-                return
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    t.join(timeout)
-    if not found:
+    port = wait_for_listening_port(proc, timeout)
+    if port is None:
         kill_tree(proc.pid)
         proc.wait(10)
         raise RuntimeError(f"daemon did not start within {timeout}s:\n{log_path.read_text()[-3000:]}")
-    return found[0]
+    return port
 
 
 def wait_until(pred: Any, timeout: float, interval: float = 0.05) -> bool:
