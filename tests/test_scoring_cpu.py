@@ -259,3 +259,25 @@ def test_reverification_runs_a_second_judge_end_to_end(task, data_dir, build_poo
     rv = r.evidence.reverified
     assert rv["where"] == "fresh process, same device" and rv["speedup"] > 0
     assert isinstance(rv["agreed"], bool)
+
+
+def test_killed_judge_gives_one_infra_error_and_leaves_no_worker(task, data_dir, build_pool):
+    """A farm fault (the judge dies) is INFRA_ERROR, never a reward, and the worker dies with it."""
+    import os
+    import signal
+
+    ev = start(task, as_candidate(str(data_dir / "cand_hang.py")), QUICK.replace(min_call_timeout_s=60.0), build_pool)
+    deadline = time.monotonic() + 60
+    while (ev._worker_pgid is None or ev._judge is None) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ev._worker_pgid is not None, "the worker never started"
+    worker_pid = ev._worker_pgid
+    os.kill(ev._judge.pid, signal.SIGKILL)
+    r = ev.result(timeout=60)
+    assert r.verdict is Verdict.INFRA_ERROR and "judge" in r.detail
+    time.sleep(1.0)
+    try:
+        with open(f"/proc/{worker_pid}/stat") as f:
+            assert f.read().split()[2] == "Z", "the candidate worker outlived its judge"
+    except FileNotFoundError:
+        pass
