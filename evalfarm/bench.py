@@ -113,9 +113,9 @@ def _device_name(device: str) -> str:
 
         g = gpu_for(device)
         return g.name if g else "unknown GPU"
-    import platform
+    from evalfarm.devices import cpu_name
 
-    return platform.processor() or platform.machine()
+    return cpu_name()
 
 
 if __name__ == "__main__":

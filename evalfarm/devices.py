@@ -1,11 +1,14 @@
-"""What GPUs a host has, read through nvidia-smi so the caller never initialises CUDA."""
+"""What processors a host has: GPUs read through nvidia-smi (so the caller never initialises
+CUDA), in the order CUDA_VISIBLE_DEVICES gives them, and the CPU model."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
+import platform
 import subprocess
+from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +45,22 @@ def list_gpus() -> tuple[GpuInfo, ...]:
         by_index = {g.index: g for g in gpus}
         gpus = [dataclasses.replace(by_index[i], index=k) for k, i in enumerate(order) if i in by_index]
     return tuple(gpus)
+
+
+def gpu_names() -> list[str]:
+    """Names of the visible GPUs in index order (the indices a ``cuda:N`` device uses)."""
+    return [g.name for g in list_gpus()]
+
+
+def cpu_name() -> str:
+    """The CPU model, e.g. 'AMD EPYC 9454 48-Core Processor'."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
 
 
 def gpu_for(device: str) -> GpuInfo | None:

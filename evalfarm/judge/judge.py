@@ -204,9 +204,9 @@ class Judge:
             torch.cuda.set_device(self.device)
             self.evidence.device_name = torch.cuda.get_device_name(self.device)
         else:
-            import platform
+            from evalfarm.devices import cpu_name
 
-            self.evidence.device_name = platform.processor() or platform.machine()
+            self.evidence.device_name = cpu_name()
         num_threads = torch.get_num_threads()
         set_clean_state(num_threads)
         torch.set_grad_enabled(False)

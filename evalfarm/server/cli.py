@@ -21,8 +21,6 @@ from evalfarm.server.gpus import gpu_names, parse_gpu_list
 
 log = logging.getLogger("evalfarm.server")
 
-
-
 LISTENING_PREFIX = "evalfarm serve: listening on "
 
 

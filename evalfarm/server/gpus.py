@@ -1,52 +1,11 @@
-"""GPU discovery without initialising CUDA in the daemon (nvidia-smi or pynvml)."""
+"""Choosing the daemon's GPUs. Discovery itself lives in evalfarm.devices (nvidia-smi,
+CUDA_VISIBLE_DEVICES respected), shared with the scoring side so slot indices agree."""
 
 from __future__ import annotations
 
-import logging
-import platform
-import shutil
-import subprocess
-from pathlib import Path
+from evalfarm.devices import cpu_name, gpu_names
 
-log = logging.getLogger(__name__)
-
-
-def gpu_names() -> list[str]:
-    """Names of the visible NVIDIA GPUs in index order; [] when there are none."""
-    names = _nvml_names()
-    if names is not None:
-        return names
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError) as err:
-        log.warning("event=nvidia_smi_failed error=%r", err)
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
-
-
-def _nvml_names() -> list[str] | None:
-    try:
-        import pynvml  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver: fall back to nvidia-smi
-        return None
-    try:
-        names = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-        return names
-    finally:
-        pynvml.nvmlShutdown()
+__all__ = ["cpu_name", "gpu_names", "parse_gpu_list"]
 
 
 def parse_gpu_list(spec: str, available: list[str]) -> list[int]:
@@ -65,14 +24,3 @@ def parse_gpu_list(spec: str, available: list[str]) -> list[int]:
     if bad:
         raise ValueError(f"--gpus: no GPU {bad[0]} (found {len(available)})")
     return idx
-
-
-def cpu_name() -> str:
-    """The CPU model (part of the result-cache key in CPU mode)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
