@@ -16,6 +16,7 @@ import os
 import random
 import secrets
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -396,8 +397,7 @@ class Judge:
                 t_ref, t_cand = res["t_ref"], res["t_cand"]
                 if plan.audited:
                     audited += 1
-                    self._audit(plan, in_correctness=plan.r < n_correct)
-                    c = self._last_comparison
+                    c = self._audit(plan, in_correctness=plan.r < n_correct)
                     if c.rel_l2_error >= worst.rel_l2_error:
                         worst = c
                         self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
@@ -433,12 +433,12 @@ class Judge:
             rounds=stats.rounds, bucket_means=stats.bucket_means, bucket_variance=stats.relative_variance,
             ci_low=stats.ci_low, ci_high=stats.ci_high, stable=stable, remeasured=remeasured,
             raw_speedup=stats.score,
-            ref_time_us_median=_median(t_ref_all) / 1e3, cand_time_us_median=_median(t_cand_all) / 1e3,
+            ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
             audited_rounds=audited, seconds=time.monotonic() - start,
         )
         if e_cand_all:
-            timing.ref_event_us_median = _median(e_ref_all)
-            timing.cand_event_us_median = _median(e_cand_all)
+            timing.ref_event_us_median = statistics.median(e_ref_all)
+            timing.cand_event_us_median = statistics.median(e_cand_all)
             if timing.cand_event_us_median > 0:
                 timing.event_wall_gap = timing.cand_time_us_median / timing.cand_event_us_median
                 if timing.event_wall_gap > 3.0 and timing.cand_time_us_median - timing.cand_event_us_median > 50:
@@ -451,11 +451,11 @@ class Judge:
             self.evidence.guards.append("timing_unstable: bucket spread stayed above the limit")
         return self._result(Verdict.OK, conservative_round(stats.score), "")
 
-    def _audit(self, plan: RoundPlan, in_correctness: bool) -> None:
+    def _audit(self, plan: RoundPlan, in_correctness: bool) -> Comparison:
+        """Check one round's candidate output and inputs; raise Verdicted, or return the comparison."""
         outs = [self.out_arena.view(s) for s in plan.out_slots]
         got: Any = tuple(outs) if self.tuple_out else outs[0]
         c = compare_outputs(got, plan.expected, self.config.tolerance)
-        self._last_comparison = c
         if not c.ok:
             if in_correctness:
                 raise Verdicted(Verdict.INCORRECT, f"correctness input {plan.r + 1} of "
@@ -466,6 +466,7 @@ class Judge:
             for v, slot in zip(plan.inputs, plan.cand_slots, strict=True):
                 if slot is not None and not torch.equal(self.in_arena.view(slot), v):
                     raise Verdicted(Verdict.INCORRECT, f"the candidate modified its input in place (round {plan.r})")
+        return c
 
     # --- plumbing --------------------------------------------------------------------
     def _recv(self, worker: WorkerHandle, timeout: float, what: str) -> dict[str, Any]:
@@ -514,14 +515,6 @@ def _int(d: Any, key: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool):
         raise Verdicted(Verdict.HACK_DETECTED, f"guard worker_protocol: field {key!r} missing or not an integer")
     return v
-
-
-def _median(xs: list[float] | list[int]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    if n == 0:
-        return 0.0
-    return float(s[n // 2]) if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def main() -> None:
