@@ -1,8 +1,17 @@
 """A generic jitted training step: `train_step(state, batch, loss_fn) -> (state, metrics)`.
 
-`loss_fn(model, batch) -> (loss_sum, count)`; the step minimises loss_sum / count with an optax
-optimizer (default: global-norm clipping + AdamW). Params keep the sharding given by the state's
-mesh + partition rules.
+`loss_fn(model, batch)` returns either `(loss_sum, count)` or `(loss_sum, count, aux)`; the step
+minimises loss_sum / max(count, 1) with an optax optimizer (default: global-norm clipping + AdamW).
+Params keep the sharding given by the state's mesh + partition rules.
+
+`aux` is a dict of scalar arrays that is copied into the step's metrics unchanged, next to
+"loss" (= loss_sum / max(count, 1)), "count" and "grad_norm". The loss function decides how its
+aux entries are normalised: the GRPO loss (`learner.grpo`) returns means that are already divided
+by its own count, so they read directly as per-token (or per-sequence) values. Aux entries carry no
+gradient; their names may not repeat those three reserved metric names.
+
+`batch` is any dict of arrays, so per-token side inputs such as the behaviour policy's or a frozen
+reference policy's log-probs are ordinary batch entries that the loss function reads.
 """
 
 from __future__ import annotations
@@ -21,7 +30,31 @@ from jax.sharding import Mesh
 from learner.model import Transformer
 from learner.sharding import DEFAULT_RULES, PartitionRules, tree_shardings
 
-LossFn = Callable[[Transformer, dict[str, Any]], tuple[jax.Array, jax.Array]]
+LossOutput = tuple[jax.Array, jax.Array] | tuple[jax.Array, jax.Array, dict[str, jax.Array]]
+LossFn = Callable[[Transformer, dict[str, Any]], LossOutput]
+
+_RESERVED_METRICS = frozenset({"loss", "count", "grad_norm"})
+
+
+def split_loss_output(out: Any) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+    """Normalise a loss_fn result to (loss_sum, count, aux); a 2-tuple gets an empty aux."""
+    if not isinstance(out, tuple) or len(out) not in (2, 3):
+        raise TypeError(
+            "loss_fn must return (loss_sum, count) or (loss_sum, count, aux), got "
+            f"{type(out).__name__}" + (f" of length {len(out)}" if isinstance(out, tuple) else "")
+        )
+    if len(out) == 2:
+        return out[0], out[1], {}
+    loss_sum, count, aux = out
+    if not isinstance(aux, dict):
+        raise TypeError(f"loss_fn aux must be a dict of scalar arrays, got {type(aux).__name__}")
+    clash = _RESERVED_METRICS.intersection(aux)
+    if clash:
+        raise ValueError(f"loss_fn aux keys {sorted(clash)} clash with the step's own metrics")
+    for k, v in aux.items():
+        if jnp.ndim(v) != 0:
+            raise ValueError(f"loss_fn aux entry {k!r} must be a scalar, got shape {jnp.shape(v)}")
+    return loss_sum, count, dict(aux)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +132,11 @@ def create_train_state(
 def _train_step(
     state: TrainState, batch: dict[str, Any], loss_fn: LossFn
 ) -> tuple[TrainState, dict[str, jax.Array]]:
-    def objective(params: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-        loss_sum, count = loss_fn(nnx.merge(state.graphdef, params), batch)
-        return loss_sum / jnp.maximum(count, 1.0), (loss_sum, count)
+    def objective(params: Any) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
+        loss_sum, count, aux = split_loss_output(loss_fn(nnx.merge(state.graphdef, params), batch))
+        return loss_sum / jnp.maximum(count, 1.0), (count, aux)
 
-    (loss, (_, count)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+    (loss, (count, aux)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
     updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     if state.mesh is not None:
@@ -113,7 +146,7 @@ def _train_step(
         opt_state = jax.lax.with_sharding_constraint(
             opt_state, tree_shardings(opt_state, state.mesh, state.rules)
         )
-    metrics = {"loss": loss, "count": count, "grad_norm": optax.tree.norm(grads)}
+    metrics = {"loss": loss, "count": count, "grad_norm": optax.tree.norm(grads), **aux}
     new_state = state.replace(
         step=state.step + 1,
         params=params,
@@ -134,10 +167,13 @@ def train_step(
 def grads_and_loss(
     state: TrainState, batch: dict[str, Any], loss_fn: LossFn
 ) -> tuple[jax.Array, Any]:
-    """(mean loss, grads) without updating: used by sharding equivalence tests and debugging."""
+    """(mean loss, grads) without updating: used by sharding equivalence tests and debugging.
+
+    Any aux returned by `loss_fn` is ignored here.
+    """
 
     def objective(params: Any) -> jax.Array:
-        loss_sum, count = loss_fn(nnx.merge(state.graphdef, params), batch)
+        loss_sum, count, _ = split_loss_output(loss_fn(nnx.merge(state.graphdef, params), batch))
         return loss_sum / jnp.maximum(count, 1.0)
 
     return jax.value_and_grad(objective)(state.params)
