@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-fast lint bench protos gpu-check clean
+.PHONY: setup demo farm-demo test test-fast lint bench protos gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The main job: the end-to-end demo on the embedded default.
+# The main job: the end-to-end training demo on the embedded default (configs/demo.py).
 demo: $(STAMP)
+	$(PY) -m learner train --config configs/demo.py
+
+# Score the built-in suite's shipped fast and wrong variants of three tasks.
+farm-demo: $(STAMP)
 	$(PY) -m evalfarm.demo
 
 # The whole CPU test suite (GPU tests are skipped without a GPU).

@@ -251,6 +251,10 @@ def write_report(
     }
     paths["json"].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
-    write_histogram(groups, paths["png"])
-    log.info("wrote report %s.{txt,md,json,png}", prefix)
+    try:
+        write_histogram(groups, paths["png"])
+    except ImportError:  # a minimal install without matplotlib: the tables are still written
+        log.warning("matplotlib is not installed; %s not written (pip install matplotlib)", paths["png"])
+        del paths["png"]
+    log.info("wrote report %s.{%s}", prefix, ",".join(paths))
     return paths

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All GPU work of a session in one call: environment, GPU tests, then benchmarks.
-#   bash scripts/gpu_session.sh [farm-tests|farm-bench|learner-bench|all] [bench-seconds]
+#   bash scripts/gpu_session.sh [farm-tests|farm-bench|learner-bench|learner-demo|all] [seconds]
 # Logs go to $OUT (or ./gpu-out); the last lines printed are the summary tables.
 set -uo pipefail
 what=${1:-all}
@@ -25,6 +25,13 @@ fi
 if [[ $what == farm-bench || $what == all ]]; then
   python3 -m evalfarm.bench --device cuda --repeats 5 --max-seconds "$bench_seconds" --out "$OUT/farm_bench.json" \
     2>"$OUT/farm_bench.err" | tee "$OUT/farm_bench.txt"
+fi
+if [[ $what == learner-demo ]]; then
+  # The README's main job on a GPU host: JAX on the GPU, a local farm daemon scoring on it.
+  timeout "$bench_seconds" python3 -m learner train --config configs/demo.py --config.workdir="$OUT/demo" \
+    --config.progress=False 2>&1 | tee "$OUT/learner_demo.log"
+  rc=${PIPESTATUS[0]}
+  cat "$OUT/demo/report.txt" 2>/dev/null
 fi
 if [[ $what == learner-bench ]]; then
   timeout "$bench_seconds" python3 -m learner.bench --out "$OUT/learner_bench.json" 2>&1 | tee "$OUT/learner_bench.log"

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from evalfarm.server.config import (
@@ -64,6 +67,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--drain-timeout", type=float, default=60.0, help="seconds to finish work on SIGTERM")
     p.add_argument("--max-eval-seconds", type=float, default=1800.0, help="hard limit per evaluation")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="drain and exit when the process that started the daemon dies")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -117,6 +122,18 @@ def _setup_logging(level: str) -> None:
     )
 
 
+def _watch_parent(parent: int, interval_s: float = 1.0) -> None:
+    """SIGTERM ourselves (a graceful drain) once `parent` is gone, e.g. a learner killed with -9."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        logging.getLogger(__name__).warning("event=parent_exited parent=%d; draining", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def run_serve(args: argparse.Namespace) -> int:
     _setup_logging(getattr(args, "log_level", "INFO"))
     try:
@@ -129,6 +146,9 @@ def run_serve(args: argparse.Namespace) -> int:
     def announce(daemon: object) -> None:
         port = getattr(daemon, "port", None)
         print(f"{LISTENING_PREFIX}{config.host}:{port}", flush=True)
+
+    if getattr(args, "exit_with_parent", False):
+        _watch_parent(os.getppid())
 
     try:
         return asyncio.run(run_daemon(config, ready=announce))

@@ -5,7 +5,7 @@ import warnings
 
 from evalfarm.v1 import evalfarm_pb2 as evalfarm_dot_v1_dot_evalfarm__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.84.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -1,0 +1,105 @@
+"""The full set of learner options with their defaults; every config file starts from this.
+
+Each section is chosen and read by name in `learner.train`; override any field on the command
+line, e.g. ``--config.rl.group_size=16 --config.farm.endpoints='("gpu1:50051","gpu2:50051")'``.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.workdir = "runs/default"
+    c.stages = "sft,selfsup,rl"  # any subset, run in this order; each starts from the previous one
+    c.init_from = ""  # first stage's start: "" = the initial policy, or a stage checkpoint dir
+    c.max_seq_len = 2048
+
+    c.tasks = ml_collections.ConfigDict()
+    c.tasks.suite = "builtin"  # "builtin" or a KernelBench checkout path
+    c.tasks.ids = ""  # comma list; empty = every task of the suite
+    c.tasks.sft_jsonl = ""  # optional extra SFT pairs
+    c.tasks.variant_device = "auto"  # which shipped variants are SFT data: "auto" = the farm's device
+
+    c.model = ml_collections.ConfigDict()
+    c.model.hf_dir = ""  # pretrained HF directory; empty = train from scratch (demo)
+    c.model.vocab_size = 2048  # scratch tokenizer size
+    c.model.hidden_size = 128
+    c.model.intermediate_size = 384
+    c.model.num_layers = 2
+    c.model.num_heads = 4
+    c.model.num_kv_heads = 2
+    c.model.param_dtype = "float32"
+    c.model.compute_dtype = "float32"
+    c.model.attention_impl = "auto"
+    c.model.remat = False
+
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = 1
+    c.mesh.fsdp = -1
+    c.mesh.tensor = 1
+
+    c.sampling = ml_collections.ConfigDict()
+    c.sampling.max_new_tokens = 512
+    c.sampling.temperature = 1.0
+    c.sampling.top_p = 1.0
+    c.sampling.batch_size = 16  # rows per generate call (a fixed shape: compiles once)
+
+    c.sft = ml_collections.ConfigDict()
+    c.sft.steps = 200
+    c.sft.batch_size = 8
+    c.sft.learning_rate = 3e-4
+    c.sft.warmup_steps = 10
+    c.sft.weight_decay = 0.0
+    c.sft.checkpoint_every = 50
+    c.sft.measure_targets = True  # score the SFT targets first; they seed the exemplar buckets
+
+    c.selfsup = ml_collections.ConfigDict()
+    c.selfsup.rounds = 2
+    c.selfsup.samples_per_task = 4
+    c.selfsup.steps_per_round = 10
+    c.selfsup.batch_size = 8
+    c.selfsup.learning_rate = 1e-4
+
+    c.rl = ml_collections.ConfigDict()
+    c.rl.steps = 20
+    c.rl.tasks_per_step = 4
+    c.rl.group_size = 4
+    c.rl.num_exemplars = 2  # 0 = plain GRPO (no earlier kernels in the prompt)
+    c.rl.tau = 1.0  # bucket softmax temperature
+    c.rl.bucket_width = 0.1
+    c.rl.reward_clip = 10.0  # speedup rewards above this are clipped
+    c.rl.learning_rate = 2e-5
+    c.rl.overlap = True  # generate step t+1 while the farm scores step t (staleness 1)
+    c.rl.grpo = ml_collections.ConfigDict()
+    c.rl.grpo.clip_eps = 0.2
+    c.rl.grpo.kl_coef = 0.04
+    c.rl.grpo.kl_estimator = "k3"
+    c.rl.grpo.aggregation = "token"
+    c.rl.grpo.adv_std_floor = 0.1
+    c.rl.grpo.scale_by_std = True
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.after_each_stage = True
+    c.eval.samples_per_task = 2
+    c.eval.temperature = 0.7
+
+    c.farm = ml_collections.ConfigDict()
+    c.farm.endpoints = ()  # empty: start local daemons owned by the learner
+    c.farm.token_file = ""
+    c.farm.local_daemons = 1
+    c.farm.local_device = "auto"
+    c.farm.local_slots = 1
+    c.farm.sample_deadline_s = 900.0
+    c.farm.max_resubmits = 2
+    c.farm.wait_timeout_s = 1800.0  # the learner's own bound on waiting for one step's results
+    c.farm.options = ml_collections.ConfigDict()
+    c.farm.options.num_correctness_inputs = 1000
+    c.farm.options.timing_budget_s = 10.0
+
+    c.checkpoint_every = 10  # self-supervised rounds save every round; RL every this many steps
+    c.keep_checkpoints = 2
+    c.progress = True
+    return c

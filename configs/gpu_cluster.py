@@ -1,0 +1,62 @@
+"""Contrastive RL of a pretrained code model on a GPU host, scoring on a cluster of evalfarm hosts.
+
+    # on every farm host (H100/A100):  evalfarm serve --host 0.0.0.0 --gpus all \
+    #     --auth-token-file /etc/evalfarm/token --kernelbench-root /data/KernelBench
+    # on the learner host(s):
+    learner train --config configs/gpu_cluster.py \
+        --config.model.hf_dir=/models/Qwen2.5-Coder-7B-Instruct \
+        --config.tasks.suite=/data/KernelBench \
+        --config.farm.endpoints='("farm1:50051","farm2:50051")' \
+        --config.farm.token_file=/etc/evalfarm/token \
+        --config.workdir=/runs/crl-7b
+
+What to expect: SFT on the built-in variants (and any --config.tasks.sft_jsonl pairs) takes
+minutes; each self-supervised round and RL step is bound by the farm (~6 s of fixed overhead per
+candidate plus ~5 s correctness and up to 10 s timing on an H200), so the farm should offer
+about group_size * tasks_per_step / 10 GPUs for the learner not to wait (metric
+rl/farm_wait_s). On KernelBench, success rate after SFT is model-dependent; watch
+rl/success_rate, rl/speedup_median and the verdict/HACK_DETECTED counts. The report at the end
+has the paper's table per stage (workdir/report.{txt,md,json,png}).
+The learner runs as one JAX process over the host's GPUs (mesh axes from config.mesh); the
+trainer loop is single-controller: multi-host learner runs are not supported yet.
+"""
+
+from __future__ import annotations
+
+from configs.common import base_config
+
+
+def get_config():
+    c = base_config()
+    c.workdir = "runs/gpu-cluster"
+    c.tasks.suite = "builtin"
+    c.tasks.variant_device = "cuda"
+    c.model.hf_dir = "/models/Qwen2.5-Coder-7B-Instruct"
+    c.model.param_dtype = "float32"
+    c.model.compute_dtype = "bfloat16"
+    c.model.remat = True
+    c.mesh.data = 1
+    c.mesh.fsdp = -1
+    c.mesh.tensor = 1
+    c.max_seq_len = 8192
+    c.sampling.max_new_tokens = 3072
+    c.sampling.temperature = 1.0
+    c.sampling.batch_size = 64
+    c.sft.steps = 300
+    c.sft.batch_size = 32
+    c.sft.learning_rate = 1e-5
+    c.selfsup.rounds = 4
+    c.selfsup.samples_per_task = 8
+    c.selfsup.steps_per_round = 20
+    c.selfsup.batch_size = 32
+    c.selfsup.learning_rate = 5e-6
+    c.rl.steps = 500
+    c.rl.tasks_per_step = 16
+    c.rl.group_size = 8
+    c.rl.learning_rate = 1e-6
+    c.eval.samples_per_task = 4
+    c.farm.endpoints = ("farm1:50051", "farm2:50051")
+    c.farm.options.num_correctness_inputs = 1000
+    c.farm.options.timing_budget_s = 10.0
+    c.checkpoint_every = 20
+    return c

@@ -1,0 +1,281 @@
+"""The learner's side of the evaluation farm: owned local daemons, a client, bounded waits.
+
+`Farm` submits (task, code) pairs to evalfarm daemons and hands results back by sample id:
+
+* With no endpoints configured it starts `local_daemons` real `evalfarm serve` processes on
+  loopback (CPU slots, or one slot per GPU when the host has NVIDIA GPUs and `device` asks for
+  it), owns them, and stops them on `close()` (SIGTERM, then SIGKILL after a bounded wait).
+* Every wait is bounded. A result that does not come within the caller's deadline is reported
+  as `lost` (never rewarded); if it arrives later it is dropped, never counted twice.
+* INFRA_ERROR results (a farm problem, not the candidate's) are resubmitted up to
+  `max_resubmits` times under a derived sample id; what is still INFRA_ERROR after that is
+  returned as such, and the trainer leaves it out of the update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from evalfarm.client import FarmClient, SampleResult
+from evalfarm.result import ScoreResult
+from evalfarm.verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+
+class FarmError(RuntimeError):
+    """The farm could not be started or reached."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FarmSettings:
+    endpoints: tuple[str, ...] = ()  # empty: start local daemons
+    token_file: str | None = None
+    local_daemons: int = 1
+    local_device: str = "auto"  # "auto" (GPUs when present), "cpu" or "cuda"
+    local_slots: int = 1  # CPU slots per local daemon
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # evalfarm ScoreConfig fields
+    sample_deadline_s: float = 900.0  # the client turns a sample older than this into INFRA_ERROR
+    max_resubmits: int = 2
+    start_timeout_s: float = 120.0
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> FarmSettings:
+        return cls(
+            endpoints=tuple(e for e in cfg.endpoints if e),
+            token_file=cfg.token_file or None,
+            local_daemons=int(cfg.local_daemons),
+            local_device=str(cfg.local_device),
+            local_slots=int(cfg.local_slots),
+            options=dict(cfg.options),
+            sample_deadline_s=float(cfg.sample_deadline_s),
+            max_resubmits=int(cfg.max_resubmits),
+        )
+
+
+def host_has_gpu() -> bool:
+    from evalfarm.devices import list_gpus
+
+    try:
+        return bool(list_gpus())
+    except Exception:  # noqa: BLE001 - no nvidia-smi, no driver: no GPU
+        return False
+
+
+class LocalDaemons:
+    """`evalfarm serve` processes on loopback, owned by this object."""
+
+    def __init__(self, count: int, *, device: str, slots: int, cache_dir: Path, log_dir: Path,
+                 start_timeout_s: float = 120.0) -> None:
+        from evalfarm.server.cli import wait_for_listening_port
+
+        if count < 1:
+            raise FarmError("local_daemons must be >= 1 when no farm endpoints are configured")
+        if device == "auto":
+            device = "cuda" if host_has_gpu() else "cpu"
+        self.device = device
+        self.procs: list[subprocess.Popen[str]] = []
+        self.endpoints: list[str] = []
+        log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for i in range(count):
+                cmd = [sys.executable, "-m", "evalfarm", "serve", "--port", "0", "--host", "127.0.0.1",
+                       "--cache-dir", str(cache_dir), "--log-level", "WARNING", "--exit-with-parent"]
+                cmd += ["--gpus", "all"] if device == "cuda" else ["--device", "cpu", "--slots", str(slots)]
+                err = open(log_dir / f"daemon-{i}.log", "a")  # noqa: SIM115 - owned by the process
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                                        start_new_session=True)
+                err.close()
+                self.procs.append(proc)
+                port = wait_for_listening_port(proc, start_timeout_s)
+                if port is None:
+                    raise FarmError(f"local farm daemon {i} did not start within {start_timeout_s:.0f}s; "
+                                    f"see {log_dir / f'daemon-{i}.log'}")
+                self.endpoints.append(f"127.0.0.1:{port}")
+        except BaseException:
+            self.stop()
+            raise
+        log.info("started %d local farm daemon(s) on %s (%s)", count, ", ".join(self.endpoints), device)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        self.procs = []
+
+
+@dataclasses.dataclass
+class FarmOutcome:
+    """The one result the trainer sees for a submitted sample."""
+
+    sample_id: str
+    verdict: str  # Verdict name, or "LOST" when no result came within the deadline
+    speedup: float | None = None
+    detail: str = ""
+    latency_s: float = 0.0
+    attempts: int = 1
+    cached: bool = False
+    hack_reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == Verdict.OK.value and self.speedup is not None
+
+    @property
+    def infra(self) -> bool:
+        """Not the candidate's fault: left out of the update, never rewarded."""
+        return self.verdict in (Verdict.INFRA_ERROR.value, "LOST")
+
+
+@dataclasses.dataclass
+class _Pending:
+    task_id: str
+    code: str
+    tags: dict[str, str]
+    submitted: float
+    wire_id: str
+    attempts: int = 1
+
+
+class Farm:
+    """Submit candidates and wait for their results with deadlines. Not thread-safe."""
+
+    def __init__(self, settings: FarmSettings, workdir: Path) -> None:
+        self.settings = settings
+        self.local: LocalDaemons | None = None
+        endpoints = list(settings.endpoints)
+        if not endpoints:
+            self.local = LocalDaemons(
+                settings.local_daemons, device=settings.local_device, slots=settings.local_slots,
+                cache_dir=workdir / "farm-cache", log_dir=workdir / "logs",
+                start_timeout_s=settings.start_timeout_s,
+            )
+            endpoints = self.local.endpoints
+        token = Path(settings.token_file).read_text().strip() if settings.token_file else None
+        try:
+            self.client = FarmClient(endpoints, token, default_deadline_s=settings.sample_deadline_s)
+        except BaseException as err:
+            if self.local is not None:
+                self.local.stop()
+            raise FarmError(f"cannot reach the farm at {', '.join(endpoints)}: {err}") from err
+        self.endpoints = endpoints
+        self._pending: dict[str, _Pending] = {}  # our sample id -> pending submission
+        self._wire_to_id: dict[str, str] = {}
+        self._done: dict[str, FarmOutcome] = {}
+        self._abandoned: set[str] = set()
+        self.stats: dict[str, int] = {"submitted": 0, "resubmitted": 0, "lost": 0, "late_dropped": 0}
+
+    # -- submission ------------------------------------------------------------------------
+    def submit(self, sample_id: str, task_id: str, code: str, tags: dict[str, str] | None = None) -> None:
+        if sample_id in self._pending or sample_id in self._done:
+            raise ValueError(f"sample id {sample_id!r} was already submitted")
+        pend = _Pending(task_id, code, dict(tags or {}), time.monotonic(), wire_id=sample_id)
+        self._pending[sample_id] = pend
+        self._send(sample_id, pend)
+        self.stats["submitted"] += 1
+
+    def _send(self, sample_id: str, pend: _Pending) -> None:
+        self._wire_to_id[pend.wire_id] = sample_id
+        self.client.submit(pend.task_id, pend.code, pend.wire_id, options=self.settings.options,
+                           tags=pend.tags, deadline_s=self.settings.sample_deadline_s)
+
+    # -- results ---------------------------------------------------------------------------
+    def wait(self, sample_ids: Sequence[str], timeout_s: float) -> dict[str, FarmOutcome]:
+        """Results for `sample_ids`; those missing at the deadline come back as LOST."""
+        want = [s for s in sample_ids]
+        deadline = time.monotonic() + timeout_s
+        while any(s not in self._done for s in want):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                res = next(iter(self.client.results(timeout=min(remaining, 5.0))))
+            except TimeoutError:
+                continue
+            except StopIteration:  # nothing outstanding at the client: the rest cannot come
+                break
+            self._on_result(res)
+        out: dict[str, FarmOutcome] = {}
+        for sid in want:
+            if sid in self._done:
+                out[sid] = self._done.pop(sid)
+            else:
+                pend = self._pending.pop(sid, None)
+                self._abandoned.add(sid)
+                self.stats["lost"] += 1
+                out[sid] = FarmOutcome(sid, "LOST", detail=f"no result within {timeout_s:.0f}s",
+                                       latency_s=time.monotonic() - pend.submitted if pend else 0.0)
+        return out
+
+    def _on_result(self, res: SampleResult) -> None:
+        sid = self._wire_to_id.pop(res.sample_id, None)
+        if sid is None or sid in self._abandoned:
+            self.stats["late_dropped"] += 1
+            self._abandoned.discard(sid or "")
+            return
+        pend = self._pending.get(sid)
+        if pend is None:  # pragma: no cover - a result for a finished sample: drop, never recount
+            self.stats["late_dropped"] += 1
+            return
+        r: ScoreResult = res.result
+        if r.verdict is Verdict.INFRA_ERROR and pend.attempts <= self.settings.max_resubmits:
+            log.warning("INFRA_ERROR for %s (%s); resubmitting", sid, r.detail.splitlines()[:1])
+            pend.attempts += 1
+            pend.wire_id = f"{sid}~r{pend.attempts}"
+            self.stats["resubmitted"] += 1
+            self._send(sid, pend)
+            return
+        del self._pending[sid]
+        hack = r.detail.splitlines()[0] if r.verdict is Verdict.HACK_DETECTED and r.detail else ""
+        self._done[sid] = FarmOutcome(
+            sample_id=sid, verdict=r.verdict.value, speedup=r.speedup if r.ok else None,
+            detail=r.detail[:2000], latency_s=time.monotonic() - pend.submitted,
+            attempts=pend.attempts, cached=res.cached, hack_reason=hack,
+        )
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            if self.local is not None:
+                self.local.stop()
+                self.local = None
+
+    def __enter__(self) -> Farm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def score_all(farm: Farm, items: Iterable[tuple[str, str, str]], timeout_s: float) -> dict[str, FarmOutcome]:
+    """Submit (sample_id, task_id, code) items and wait for all of them."""
+    ids = []
+    for sid, task_id, code in items:
+        farm.submit(sid, task_id, code)
+        ids.append(sid)
+    return farm.wait(ids, timeout_s)

@@ -1,0 +1,72 @@
+"""The initial policy: a tokenizer, a mesh and a model, from a pretrained HF directory or scratch.
+
+``config.model.hf_dir`` set: the pretrained checkpoint and its own tokenizer, loaded straight onto
+the mesh. Empty: a randomly initialised model of the configured shape and a byte-level BPE
+fitted to the task suite (`learner.vocab`), which is what the CPU demo trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import jax
+from flax import nnx
+from jax.sharding import Mesh
+
+from learner.config import ModelConfig
+from learner.hf_io import load_hf_model
+from learner.model import Transformer
+from learner.sharding import MeshConfig, create_sharded_model, make_mesh
+from learner.tokenizer import Tokenizer
+from learner.vocab import train_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Policy:
+    tokenizer: Tokenizer
+    model_config: ModelConfig
+    mesh: Mesh
+    model: Transformer
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
+
+
+def _jax_overrides(m: Any) -> dict[str, Any]:
+    return dict(param_dtype=m.param_dtype, compute_dtype=m.compute_dtype,
+                attention_impl=m.attention_impl, remat=bool(m.remat))
+
+
+def build_policy(cfg: Any, workdir: Path, corpus: Iterable[str]) -> Policy:
+    """`cfg` is the run's ConfigDict; `corpus` feeds the scratch tokenizer."""
+    mesh = make_mesh(MeshConfig(data=cfg.mesh.data, fsdp=cfg.mesh.fsdp, tensor=cfg.mesh.tensor))
+    m = cfg.model
+    if m.hf_dir:
+        tokenizer = Tokenizer.from_dir(m.hf_dir)
+        model = load_hf_model(m.hf_dir, mesh=mesh, **_jax_overrides(m))
+        model_cfg = model.cfg
+        log.info("loaded %s (%.1fM params)", m.hf_dir, model_cfg.num_params() / 1e6)
+    else:
+        tokenizer = train_tokenizer(corpus, m.vocab_size, workdir / "tokenizer")
+        model_cfg = ModelConfig(
+            vocab_size=tokenizer.vocab_size, hidden_size=m.hidden_size,
+            intermediate_size=m.intermediate_size, num_layers=m.num_layers, num_heads=m.num_heads,
+            num_kv_heads=m.num_kv_heads, head_dim=m.hidden_size // m.num_heads,
+            model_type="qwen2", qkv_bias=True, tie_word_embeddings=True,
+            max_position_embeddings=cfg.max_seq_len, eos_token_id=tokenizer.eos_ids[0],
+            pad_token_id=tokenizer.pad_id, **_jax_overrides(m),
+        )
+        seed = int(cfg.seed)
+        model = create_sharded_model(lambda: Transformer(model_cfg, rngs=nnx.Rngs(seed)), mesh)
+        log.info("initialised a %.2fM-parameter model from scratch", model_cfg.num_params() / 1e6)
+    if not tokenizer.eos_ids:
+        raise ValueError("the tokenizer has no EOS token; generation could never stop early")
+    log.info("devices: %s", ", ".join(sorted({d.platform for d in jax.devices()})))
+    return Policy(tokenizer=tokenizer, model_config=model_cfg, mesh=mesh, model=model)

@@ -1,0 +1,119 @@
+"""Rollouts: prompts in, parsed completions out; and the padded token batches the trainer steps on.
+
+A `Rollout` is one sampled response with everything the update needs later: the prompt and
+completion token ids, the behaviour policy's per-token log-probs (for the importance ratio),
+the policy version that produced it, and the parsed code or the reason it did not parse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from learner.prompts import ParseFailure, parse_response
+from learner.sampler import Sampler, SamplingConfig
+from learner.tokenizer import Tokenizer
+
+
+@dataclasses.dataclass
+class Rollout:
+    sample_id: str
+    task_id: str
+    group: int  # samples of the same prompt share a group
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: np.ndarray  # [len(completion_ids)] float32, behaviour policy at T=1
+    policy_version: int
+    text: str
+    code: str  # "" when the response did not parse
+    parse_failure: str = ""  # learner.prompts.PARSE_FAILURE_REASONS key
+    finish_reason: str = ""
+
+
+@dataclasses.dataclass
+class GenerationStats:
+    seconds: float
+    new_tokens: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def generate_rollouts(
+    sampler: Sampler,
+    tokenizer: Tokenizer,
+    prompts: Sequence[tuple[str, str, int, list[int]]],
+    sampling: SamplingConfig,
+    rng: jax.Array,
+    *,
+    policy_version: int,
+    batch_size: int,
+) -> tuple[list[Rollout], GenerationStats]:
+    """`prompts`: (sample_id, task_id, group, prompt token ids). Generates in fixed-size batches
+    (the last one padded by repeating its first prompt) so every batch compiles once."""
+    out: list[Rollout] = []
+    t0 = time.perf_counter()
+    new_tokens = 0
+    for start in range(0, len(prompts), batch_size):
+        chunk = list(prompts[start:start + batch_size])
+        real = len(chunk)
+        chunk += [chunk[0]] * (batch_size - real)
+        res = sampler.generate([p[3] for p in chunk], sampling, jax.random.fold_in(rng, start))
+        comps = res.completions()
+        texts = tokenizer.decode_batch(comps[:real])
+        for i in range(real):
+            sid, task_id, group, prompt_ids = chunk[i]
+            parsed = parse_response(texts[i])
+            n = int(res.lengths[i])
+            new_tokens += n
+            out.append(Rollout(
+                sample_id=sid, task_id=task_id, group=group, prompt_ids=list(prompt_ids),
+                completion_ids=comps[i], logprobs=np.asarray(res.logprobs[i, :n], np.float32),
+                policy_version=policy_version, text=texts[i],
+                code="" if isinstance(parsed, ParseFailure) else parsed.code,
+                parse_failure=parsed.reason if isinstance(parsed, ParseFailure) else "",
+                finish_reason=res.finish_reasons[i],
+            ))
+    return out, GenerationStats(time.perf_counter() - t0, new_tokens)
+
+
+def length_bucket(n: int, max_len: int, step: int = 128) -> int:
+    """Round up to a multiple of `step` (at most `max_len`): few shapes, little padding."""
+    return min(max(step, -(-n // step) * step), max_len)
+
+
+def lm_batch(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, max_len: int,
+             length: int | None = None) -> dict[str, np.ndarray]:
+    """(prompt ids, completion ids) rows -> right-padded tokens and a completion-only loss mask.
+
+    `length` fixes the padded length (one compiled shape); by default it is bucketed."""
+    length = length or length_bucket(max(len(p) + len(c) for p, c in rows), max_len)
+    tokens = np.full((len(rows), length), pad_id, np.int32)
+    mask = np.zeros((len(rows), length), np.float32)
+    for r, (p, c) in enumerate(rows):
+        seq = (list(p) + list(c))[:length]
+        tokens[r, :len(seq)] = seq
+        mask[r, len(p):len(seq)] = 1.0
+    return {"tokens": tokens, "loss_mask": mask}
+
+
+def grpo_batch(
+    rollouts: Sequence[Rollout], advantages: np.ndarray, valid: np.ndarray, pad_id: int, max_len: int
+) -> dict[str, np.ndarray]:
+    """Tokens, completion mask (zero for invalid samples), behaviour log-probs and advantages."""
+    batch = lm_batch([(r.prompt_ids, r.completion_ids) for r in rollouts], pad_id, max_len)
+    old = np.zeros_like(batch["loss_mask"])
+    for i, r in enumerate(rollouts):
+        p = len(r.prompt_ids)
+        n = min(len(r.logprobs), old.shape[1] - p)
+        old[i, p:p + n] = r.logprobs[:n]
+        if not valid[i]:
+            batch["loss_mask"][i] = 0.0
+    batch["old_logprobs"] = old
+    batch["advantages"] = np.asarray(advantages, np.float32)
+    return batch

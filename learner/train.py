@@ -1,0 +1,701 @@
+"""The trainer: SFT, self-supervised and contrastive-RL stages over the farm, resumable.
+
+    python -m learner train --config configs/demo.py [--config.rl.group_size=8 ...]
+
+One jitted step (`learner.train_step`) with a pluggable loss serves every stage:
+
+* sft      masked cross-entropy on (prompt, correct code) pairs.
+* selfsup  sample codes for every task, score them on the farm, train only on the successes
+           (reward 1/0, no baseline); `rounds` x (sample, score, `steps_per_round` updates).
+* rl       contrastive RL: each task's prompt carries `num_exemplars` earlier kernels drawn
+           from its score buckets with their speedups; `group_size` responses per prompt are
+           scored and every success enters the buckets; GRPO update with a KL penalty to the
+           stage's starting policy. With `overlap`, the sampler produces step t+1 while the
+           farm scores step t (the importance ratio uses the behaviour log-probs).
+
+Steps are numbered globally across the pipeline (stage offsets follow from the config), and
+every scored sample is stored in the exemplar database with the global step that consumed it.
+Resuming restores each stage's latest checkpoint and deletes database rows newer than it, so
+the database always matches the weights; sample ids are deterministic, so nothing is counted
+twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tqdm import tqdm
+
+from learner.checkpoint import Checkpointer
+from learner.exemplars import ExemplarDB, SampleRecord, code_sha256
+from learner.farm import Farm, FarmOutcome, FarmSettings
+from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss, reference_logprobs
+from learner.losses import lm_loss_sum_count
+from learner.metrics import MetricsWriter
+from learner.policy import Policy, build_policy
+from learner.prompts import PROMPT_VERSION, contrastive_prompt, sft_prompt
+from learner.report import SpeedupSummary, format_table, summarize, write_report
+from learner.rollout import Rollout, generate_rollouts, grpo_batch, length_bucket, lm_batch
+from learner.sampler import Sampler, SamplingConfig
+from learner.tasks import (
+    SFTPair,
+    SFTTarget,
+    TaskInfo,
+    builtin_sft_targets,
+    load_task_set,
+    read_jsonl_pairs,
+    sft_pairs_for,
+)
+from learner.train_step import (
+    OptimizerConfig,
+    TrainState,
+    create_train_state,
+    make_optimizer,
+    train_step,
+)
+
+log = logging.getLogger(__name__)
+
+STAGES = ("sft", "selfsup", "rl")
+STAGE_LABELS = {"init": "initial policy", "sft": "after SFT", "selfsup": "after self-supervised",
+                "rl": "after contrastive RL"}
+
+
+def stage_label(cfg: Any, stage: str) -> str:
+    if stage == "rl" and int(cfg.rl.num_exemplars) == 0:
+        return "after RL (plain GRPO, no exemplars)"
+    return STAGE_LABELS[stage]
+
+
+class TrainConfigError(ValueError):
+    """The run configuration is inconsistent."""
+
+
+def stage_list(cfg: Any) -> list[str]:
+    stages = [s.strip() for s in str(cfg.stages).split(",") if s.strip()]
+    bad = [s for s in stages if s not in STAGES]
+    if bad or not stages:
+        raise TrainConfigError(f"config.stages={cfg.stages!r}: use a comma list of {', '.join(STAGES)}")
+    if stages != sorted(stages, key=STAGES.index) or len(set(stages)) != len(stages):
+        raise TrainConfigError(f"config.stages={cfg.stages!r}: stages run in the order {', '.join(STAGES)}")
+    return stages
+
+
+def stage_steps(cfg: Any, stage: str) -> int:
+    if stage == "sft":
+        return int(cfg.sft.steps)
+    if stage == "selfsup":
+        return int(cfg.selfsup.rounds) * int(cfg.selfsup.steps_per_round)
+    return int(cfg.rl.steps)
+
+
+def stage_offsets(cfg: Any) -> dict[str, int]:
+    offsets, total = {}, 0
+    for s in stage_list(cfg):
+        offsets[s] = total
+        total += stage_steps(cfg, s)
+    return offsets
+
+
+@dataclasses.dataclass
+class Run:
+    """What every stage shares: config, policy, tasks, farm, database, metrics."""
+
+    cfg: Any
+    workdir: Path
+    policy: Policy
+    tasks: list[TaskInfo]
+    db: ExemplarDB
+    writer: MetricsWriter
+    farm_factory: Callable[[], Farm]
+    _farm: Farm | None = None
+
+    @property
+    def farm(self) -> Farm:
+        if self._farm is None:
+            self._farm = self.farm_factory()
+        return self._farm
+
+    @property
+    def task_by_id(self) -> dict[str, TaskInfo]:
+        return {t.task_id: t for t in self.tasks}
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    def encode_prompt(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_bos=True)
+
+    def encode_completion(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_ids[0]]
+
+    def sampling(self, temperature: float | None = None) -> SamplingConfig:
+        s = self.cfg.sampling
+        return SamplingConfig(
+            max_new_tokens=int(s.max_new_tokens),
+            temperature=float(s.temperature if temperature is None else temperature),
+            top_p=float(s.top_p), eos_ids=tuple(self.tokenizer.eos_ids),
+        )
+
+    def max_prompt_len(self) -> int:
+        return int(self.cfg.max_seq_len) - int(self.cfg.sampling.max_new_tokens)
+
+    def close(self) -> None:
+        if self._farm is not None:
+            self._farm.close()
+            self._farm = None
+        self.writer.close()
+        self.db.close()
+
+
+# ---------------------------------------------------------------------------------------
+# state, checkpoints, stage boundaries
+
+
+def _optimizer(lr: float, warmup: int = 0, weight_decay: float = 0.0) -> Any:
+    return make_optimizer(OptimizerConfig(learning_rate=lr, warmup_steps=warmup, weight_decay=weight_decay))
+
+
+def _stage_tx(cfg: Any, stage: str) -> Any:
+    if stage == "sft":
+        return _optimizer(cfg.sft.learning_rate, cfg.sft.warmup_steps, cfg.sft.weight_decay)
+    if stage == "selfsup":
+        return _optimizer(cfg.selfsup.learning_rate)
+    return _optimizer(cfg.rl.learning_rate)
+
+
+def _checkpointer(run: Run, stage: str) -> Checkpointer:
+    return Checkpointer(run.workdir / "ckpt" / stage, max_to_keep=int(run.cfg.keep_checkpoints),
+                        async_save=False)
+
+
+def _fresh_state(run: Run, stage: str, params: Any) -> TrainState:
+    model = nnx.merge(nnx.graphdef(run.policy.model), params)
+    return create_train_state(model, _stage_tx(run.cfg, stage), seed=int(run.cfg.seed),
+                              mesh=run.policy.mesh)
+
+
+def _final_params(run: Run, stage: str) -> Any:
+    """The params a finished stage ended with."""
+    with _checkpointer(run, stage) as ck:
+        template = _fresh_state(run, stage, _copy(nnx.state(run.policy.model)))
+        return ck.restore(template).params
+
+
+def _copy(tree: Any) -> Any:
+    return jax.tree.map(jnp.copy, tree)
+
+
+def _start_params(run: Run, stage: str, stages: Sequence[str]) -> Any:
+    """A stage starts from the previous stage's final params, else from `init_from` / the policy."""
+    i = list(stages).index(stage)
+    if i > 0:
+        return _final_params(run, stages[i - 1])
+    if run.cfg.init_from:
+        return load_stage_params(run, Path(run.cfg.init_from))
+    return _copy(nnx.state(run.policy.model))
+
+
+def load_stage_params(run: Run, path: Path, step: int | None = None) -> Any:
+    """Params from a stage checkpoint directory (written by any stage's optimizer)."""
+    if not path.is_dir():
+        raise TrainConfigError(f"checkpoint directory {path} does not exist")
+    errors = []
+    with Checkpointer(path, async_save=False) as ck:
+        if ck.latest_step() is None:
+            raise TrainConfigError(f"no checkpoint in {path}")
+        for stage in STAGES:  # the optimizer state's structure depends on the stage's optimizer
+            template = _fresh_state(run, stage, _copy(nnx.state(run.policy.model)))
+            try:
+                return ck.restore(template, step).params
+            except Exception as err:  # noqa: BLE001 - try the next optimizer layout
+                errors.append(f"{stage}: {str(err).splitlines()[0][:200]}")
+    raise TrainConfigError(f"cannot restore params from {path} with this model config: " + "; ".join(errors))
+
+
+def _stage_state(run: Run, stage: str, stages: Sequence[str]) -> tuple[TrainState, Any, int]:
+    """(state to continue from, the stage's starting params, step restored or 0)."""
+    start = _start_params(run, stage, stages)
+    state = _fresh_state(run, stage, _copy(start))
+    with _checkpointer(run, stage) as ck:
+        latest = ck.latest_step()
+        if latest is not None:
+            state = ck.restore(state)
+    return state, start, int(latest or 0)
+
+
+def stage_done(run: Run, stage: str) -> bool:
+    with _checkpointer(run, stage) as ck:
+        return (ck.latest_step() or 0) >= stage_steps(run.cfg, stage) > 0
+
+
+def _save(ck: Checkpointer, state: TrainState, every: int, total: int) -> None:
+    step = int(jax.device_get(state.step))
+    if step % max(1, every) == 0 or step >= total:
+        ck.save(state, force=True)
+
+
+def _advance(state: TrainState, k: int) -> TrainState:
+    return state.replace(step=state.step + k)
+
+
+# ---------------------------------------------------------------------------------------
+# scoring helpers
+
+
+def _score_rollouts(run: Run, rollouts: Sequence[Rollout], stage: str) -> list[str]:
+    """Submit the parsed ones; returns their sample ids."""
+    ids = []
+    for r in rollouts:
+        if r.code:
+            run.farm.submit(r.sample_id, r.task_id, r.code,
+                            tags={"task": r.task_id, "stage": stage, "policy_version": str(r.policy_version)})
+            ids.append(r.sample_id)
+    return ids
+
+
+def _outcomes(run: Run, rollouts: Sequence[Rollout], ids: Sequence[str]) -> tuple[dict[str, FarmOutcome], float]:
+    """Wait (bounded) for the farm; parse failures become PARSE_FAILURE outcomes."""
+    t0 = time.perf_counter()
+    got = run.farm.wait(ids, float(run.cfg.farm.wait_timeout_s)) if ids else {}
+    waited = time.perf_counter() - t0
+    for r in rollouts:
+        if not r.code:
+            got[r.sample_id] = FarmOutcome(r.sample_id, "PARSE_FAILURE", detail=r.parse_failure)
+    return got, waited
+
+
+def _records(rollouts: Sequence[Rollout], outcomes: dict[str, FarmOutcome], rewards: dict[str, float | None],
+             step: int, stage: str) -> list[SampleRecord]:
+    out = []
+    for r in rollouts:
+        o = outcomes[r.sample_id]
+        out.append(SampleRecord(
+            sample_id=r.sample_id, task_id=r.task_id, code=r.code, verdict=o.verdict,
+            speedup=o.speedup, reward=rewards.get(r.sample_id), policy_version=r.policy_version,
+            step=step, stage=stage, prompt_version=PROMPT_VERSION,
+            detail=(o.hack_reason or o.detail or r.parse_failure)[:500],
+        ))
+    return out
+
+
+def outcome_metrics(outcomes: Sequence[FarmOutcome]) -> dict[str, float]:
+    n = len(outcomes)
+    verdicts = Counter(o.verdict for o in outcomes)
+    speedups = [o.speedup for o in outcomes if o.ok and o.speedup is not None]
+    m: dict[str, float] = {f"verdict/{v}": c for v, c in verdicts.items()}
+    m["samples"] = n
+    m["success_rate"] = len(speedups) / n if n else 0.0
+    m["hacks"] = verdicts.get("HACK_DETECTED", 0)
+    lat = [o.latency_s for o in outcomes if o.verdict != "PARSE_FAILURE"]
+    if lat:
+        m["farm_latency_s"] = float(np.mean(lat))
+    if speedups:
+        m.update(speedup_mean=float(np.mean(speedups)), speedup_median=float(np.median(speedups)),
+                 speedup_max=float(np.max(speedups)))
+    for o in outcomes:
+        if o.verdict == "PARSE_FAILURE":
+            m[f"parse_failure/{o.detail}"] = m.get(f"parse_failure/{o.detail}", 0) + 1
+    return m
+
+
+def _np_rng(run: Run, step: int, salt: int) -> np.random.Generator:
+    return np.random.default_rng([int(run.cfg.seed), step, salt])
+
+
+def _jax_key(run: Run, step: int, salt: int) -> jax.Array:
+    return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(int(run.cfg.seed)), step), salt)
+
+
+def _progress(run: Run, total: int, initial: int, desc: str) -> tqdm:
+    return tqdm(total=total, initial=initial, desc=desc, disable=not run.cfg.progress, dynamic_ncols=True)
+
+
+# ---------------------------------------------------------------------------------------
+# stages
+
+
+def measure_sft_targets(run: Run, targets: Sequence[SFTTarget]) -> dict[str, float]:
+    """Score each SFT target once on the farm (reusing earlier measurements of this run); the OK
+    ones enter the exemplar database (stage "sft", step 0). Returns code sha -> speedup."""
+    known = {r.sample_id: r for r in run.db.records(stage="sft")}
+    todo: list[tuple[str, SFTTarget]] = []
+    ids: dict[str, SFTTarget] = {}
+    for t in targets:
+        sid = f"sftdata-{t.task.task_id}-{code_sha256(t.code)[:16]}"
+        ids[sid] = t
+        if sid not in known:
+            todo.append((sid, t))
+    if todo:
+        log.info("scoring %d SFT targets on the farm (their speedups seed the exemplar buckets)", len(todo))
+        for sid, t in todo:
+            run.farm.submit(sid, t.task.task_id, t.code, tags={"task": t.task.task_id, "stage": "sft-data"})
+        got = run.farm.wait([sid for sid, _ in todo], float(run.cfg.farm.wait_timeout_s))
+        run.db.add_many(
+            SampleRecord(sample_id=sid, task_id=t.task.task_id, code=t.code.strip(), verdict=got[sid].verdict,
+                         speedup=got[sid].speedup, reward=None, policy_version=-1, step=0, stage="sft",
+                         prompt_version=PROMPT_VERSION, detail=got[sid].detail[:500])
+            for sid, t in todo)
+        for sid, t in todo:
+            if not got[sid].ok:
+                log.warning("SFT target for %s is not OK on this farm (%s); shown without a score",
+                            t.task.task_id, got[sid].verdict)
+        known = {r.sample_id: r for r in run.db.records(stage="sft")}
+    return {code_sha256(t.code): known[sid].speedup for sid, t in ids.items()
+            if sid in known and known[sid].speedup is not None}
+
+
+def sft_pairs(run: Run) -> list[SFTPair]:
+    device = run.cfg.tasks.variant_device
+    if device == "auto":
+        device = farm_device(run.cfg)
+    targets = []
+    for t in builtin_sft_targets(run.tasks, device):
+        longest = max(len(run.encode_prompt(p.prompt)) + len(run.encode_completion(p.completion))
+                      for p in sft_pairs_for(t, 1.0))
+        if longest > int(run.cfg.max_seq_len):
+            log.warning("SFT target for %s needs %d tokens > max_seq_len=%d; not used",
+                        t.task.task_id, longest, run.cfg.max_seq_len)
+        else:
+            targets.append(t)
+    measured = measure_sft_targets(run, targets) if run.cfg.sft.measure_targets and targets else {}
+    pairs = [p for t in targets for p in sft_pairs_for(t, measured.get(code_sha256(t.code)))]
+    if run.cfg.tasks.sft_jsonl:
+        pairs += read_jsonl_pairs(run.cfg.tasks.sft_jsonl, run.task_by_id)
+    if not pairs:
+        raise TrainConfigError("no SFT data: the task set has no shipped fast variants for this "
+                               "device and config.tasks.sft_jsonl is empty")
+    return pairs
+
+
+def run_sft(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
+    cfg = run.cfg
+    total = int(cfg.sft.steps)
+    rows = []
+    for p in sft_pairs(run):
+        prompt, comp = run.encode_prompt(p.prompt), run.encode_completion(p.completion)
+        if len(prompt) + len(comp) > int(cfg.max_seq_len):  # user-supplied pairs
+            log.warning("SFT pair for %s is %d tokens > max_seq_len; skipped", p.task_id, len(prompt) + len(comp))
+            continue
+        rows.append((prompt, comp))
+    if not rows:
+        raise TrainConfigError("every SFT pair is longer than max_seq_len")
+    log.info("SFT on %d pairs for %d steps", len(rows), total)
+    loss_fn = functools.partial(lm_loss_sum_count, chunk_size=512)
+    bs = int(cfg.sft.batch_size)
+    length = length_bucket(max(len(p) + len(c) for p, c in rows), int(cfg.max_seq_len))
+    with _checkpointer(run, "sft") as ck, _progress(run, total, start, "sft") as bar:
+        for step in range(start, total):
+            rng = _np_rng(run, offset + step, 0)
+            pick = rng.choice(len(rows), size=bs, replace=len(rows) < bs)
+            t0 = time.perf_counter()
+            state, m = train_step(state, lm_batch([rows[i] for i in pick], run.policy.pad_id,
+                                                  int(cfg.max_seq_len), length), loss_fn)
+            m = {k: float(v) for k, v in jax.device_get(m).items()}
+            m["step_s"] = time.perf_counter() - t0
+            run.writer.write(offset + step + 1, m, stage="sft")
+            bar.set_postfix(loss=f"{m['loss']:.3f}")
+            bar.update(1)
+            if (step + 1) % 10 == 0 and not cfg.progress:
+                log.info("sft step %d/%d loss %.4f (%.2fs/step)", step + 1, total, m["loss"], m["step_s"])
+            _save(ck, state, int(cfg.sft.checkpoint_every), total)
+    return state
+
+
+def _sft_prompts(run: Run, prefix: str, per_task: int) -> list[tuple[str, str, int, list[int]]]:
+    out = []
+    for g, t in enumerate(run.tasks):
+        ids = run.encode_prompt(sft_prompt(t.source))
+        if len(ids) > run.max_prompt_len():
+            log.warning("prompt for %s is %d tokens > %d; skipped", t.task_id, len(ids), run.max_prompt_len())
+            continue
+        out += [(f"{prefix}-{g}-{k}", t.task_id, g, ids) for k in range(per_task)]
+    return out
+
+
+def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
+    cfg = run.cfg.selfsup
+    k = int(cfg.steps_per_round)
+    total = int(cfg.rounds) * k
+    sampler = _sampler(run, state)
+    loss_fn = functools.partial(lm_loss_sum_count, chunk_size=512)
+    with _checkpointer(run, "selfsup") as ck, _progress(run, int(cfg.rounds), start // k, "selfsup") as bar:
+        for rnd in range(start // k, int(cfg.rounds)):
+            step0 = rnd * k
+            gstep = offset + step0
+            prompts = _sft_prompts(run, f"selfsup-{gstep}", int(cfg.samples_per_task))
+            rollouts, gen = generate_rollouts(
+                sampler, run.tokenizer, prompts, run.sampling(), _jax_key(run, gstep, 1),
+                policy_version=gstep, batch_size=int(run.cfg.sampling.batch_size))
+            ids = _score_rollouts(run, rollouts, "selfsup")
+            outcomes, waited = _outcomes(run, rollouts, ids)
+            rewards = {r.sample_id: (None if outcomes[r.sample_id].infra else float(outcomes[r.sample_id].ok))
+                       for r in rollouts}
+            run.db.add_many(_records(rollouts, outcomes, rewards, offset + step0 + k, "selfsup"))
+            wins = [(r.prompt_ids, r.completion_ids) for r in rollouts if outcomes[r.sample_id].ok]
+            m = outcome_metrics([outcomes[r.sample_id] for r in rollouts])
+            m.update(tokens_per_s=gen.tokens_per_s, farm_wait_s=waited, successes_trained=len(wins))
+            if wins:
+                bs = int(cfg.batch_size)
+                losses = []
+                for j in range(k):
+                    pick = _np_rng(run, gstep + j, 2).choice(len(wins), size=bs, replace=len(wins) < bs)
+                    state, lm = train_step(state, lm_batch([wins[i] for i in pick], run.policy.pad_id,
+                                                           int(run.cfg.max_seq_len)), loss_fn)
+                    losses.append(float(lm["loss"]))
+                m["loss"] = float(np.mean(losses))
+                sampler.update_params(state.params)
+            else:
+                log.info("self-supervised round %d: no successes; no update", rnd)
+                state = _advance(state, k)
+            run.writer.write(offset + step0 + k, m, stage="selfsup")
+            bar.set_postfix(success=f"{m['success_rate']:.2f}")
+            bar.update(1)
+            _save(ck, state, 1, total)
+    return state
+
+
+def _sampler(run: Run, state: TrainState) -> Sampler:
+    model = nnx.merge(state.graphdef, state.params)
+    return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64)
+
+
+@dataclasses.dataclass
+class _Batch:
+    gstep: int
+    rollouts: list[Rollout]
+    ids: list[str]
+    gen_tokens_per_s: float
+    num_exemplars: float
+
+
+def _rl_prompts(run: Run, gstep: int) -> tuple[list[tuple[str, str, int, list[int]]], float]:
+    cfg = run.cfg.rl
+    rng = _np_rng(run, gstep, 3)
+    n_tasks = min(int(cfg.tasks_per_step), len(run.tasks))
+    chosen = rng.choice(len(run.tasks), size=n_tasks, replace=False)
+    out, shown = [], []
+    for g, ti in enumerate(sorted(int(i) for i in chosen)):
+        task = run.tasks[ti]
+        ex = run.db.sample_exemplars(task.task_id, int(cfg.num_exemplars), float(cfg.tau), rng) \
+            if int(cfg.num_exemplars) > 0 else []
+        ids = run.encode_prompt(contrastive_prompt(task.source, ex))
+        while len(ids) > run.max_prompt_len() and ex:  # drop the weakest exemplars until it fits
+            ex = ex[1:]
+            ids = run.encode_prompt(contrastive_prompt(task.source, ex))
+        if len(ids) > run.max_prompt_len():
+            log.warning("contrastive prompt for %s does not fit; task skipped this step", task.task_id)
+            continue
+        shown.append(len(ex))
+        out += [(f"rl-{gstep}-{g}-{k}", task.task_id, g, ids) for k in range(int(cfg.group_size))]
+    return out, float(np.mean(shown)) if shown else 0.0
+
+
+def _rl_generate(run: Run, sampler: Sampler, gstep: int, version: int) -> _Batch:
+    prompts, shown = _rl_prompts(run, gstep)
+    if not prompts:
+        raise TrainConfigError("no RL prompt fits max_seq_len - sampling.max_new_tokens")
+    rollouts, gen = generate_rollouts(sampler, run.tokenizer, prompts, run.sampling(),
+                                      _jax_key(run, gstep, 4), policy_version=version,
+                                      batch_size=int(run.cfg.sampling.batch_size))
+    ids = _score_rollouts(run, rollouts, "rl")
+    return _Batch(gstep, rollouts, ids, gen.tokens_per_s, shown)
+
+
+def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int) -> TrainState:
+    cfg = run.cfg.rl
+    total = int(cfg.steps)
+    gcfg = GRPOConfig(**{k: cfg.grpo[k] for k in cfg.grpo.keys()})
+    loss_fn = make_grpo_loss(gcfg)
+    sampler = _sampler(run, state)
+    max_len = int(run.cfg.max_seq_len)
+    pending: _Batch | None = None
+    with _checkpointer(run, "rl") as ck, _progress(run, total, start, "rl") as bar:
+        for step in range(start, total):
+            gstep = offset + step
+            version = offset + int(jax.device_get(state.step))
+            batch = pending if pending is not None else _rl_generate(run, sampler, gstep, version)
+            pending = None
+            if cfg.overlap and step + 1 < total:  # the sampler works while the farm scores `batch`
+                pending = _rl_generate(run, sampler, gstep + 1, version)
+            outcomes, waited = _outcomes(run, batch.rollouts, batch.ids)
+            rollouts = batch.rollouts
+            valid = np.array([not outcomes[r.sample_id].infra for r in rollouts])
+            rewards = np.array([min(outcomes[r.sample_id].speedup or 0.0, float(cfg.reward_clip))
+                                if outcomes[r.sample_id].ok else 0.0 for r in rollouts], np.float32)
+            groups = np.array([r.group for r in rollouts])
+            adv = group_advantages(rewards, groups, valid, gcfg)
+            reward_of = {r.sample_id: (float(rewards[i]) if valid[i] else None) for i, r in enumerate(rollouts)}
+            run.db.add_many(_records(rollouts, outcomes, reward_of, gstep + 1, "rl"))
+            b = grpo_batch(rollouts, adv, valid, run.policy.pad_id, max_len)
+            b["ref_logprobs"] = (np.asarray(reference_logprobs(state.graphdef, ref_params, b["tokens"],
+                                                                b["loss_mask"]))
+                                 if gcfg.kl_coef > 0 else np.zeros_like(b["old_logprobs"]))
+            t0 = time.perf_counter()
+            version_now = offset + int(jax.device_get(state.step))
+            state, lm = train_step(state, b, loss_fn)
+            sampler.update_params(state.params)
+            m = {k: float(v) for k, v in jax.device_get(lm).items()}
+            m.update(outcome_metrics([outcomes[r.sample_id] for r in rollouts]))
+            m.update(reward_mean=float(rewards[valid].mean()) if valid.any() else 0.0,
+                     adv_mean=float(adv[valid].mean()) if valid.any() else 0.0,
+                     adv_std=float(adv[valid].std()) if valid.any() else 0.0,
+                     infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s,
+                     farm_wait_s=waited, update_s=time.perf_counter() - t0,
+                     staleness=float(version_now - np.mean([r.policy_version for r in rollouts])),
+                     exemplars_in_prompt=batch.num_exemplars)
+            run.writer.write(gstep + 1, m, stage="rl")
+            bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['reward_mean']:.2f}")
+            bar.update(1)
+            _save(ck, state, int(run.cfg.checkpoint_every), total)
+    if pending is not None:  # pragma: no cover - only when the loop exits early
+        run.farm.wait(pending.ids, 60.0)
+    return state
+
+
+# ---------------------------------------------------------------------------------------
+# evaluation and the report
+
+
+def evaluate(run: Run, params: Any, label: str, *, contrastive: bool, samples_per_task: int,
+             temperature: float, db: ExemplarDB | None = None) -> tuple[SpeedupSummary, list[dict[str, Any]]]:
+    """Sample `samples_per_task` responses per task, score them, summarize."""
+    model = nnx.merge(nnx.graphdef(run.policy.model), params)
+    sampler = Sampler(model, pad_id=run.policy.pad_id, min_bucket=64)
+    prompts = []
+    rng = _np_rng(run, 0, 7)
+    for g, t in enumerate(run.tasks):
+        ex = (run.db.sample_exemplars(t.task_id, int(run.cfg.rl.num_exemplars), float(run.cfg.rl.tau), rng)
+              if contrastive and int(run.cfg.rl.num_exemplars) > 0 else [])
+        text = contrastive_prompt(t.source, ex) if contrastive else sft_prompt(t.source)
+        ids = run.encode_prompt(text)
+        if len(ids) > run.max_prompt_len():
+            continue
+        prompts += [(f"eval-{label}-{g}-{k}", t.task_id, g, ids) for k in range(samples_per_task)]
+    rollouts, _ = generate_rollouts(sampler, run.tokenizer, prompts, run.sampling(temperature),
+                                    _jax_key(run, 0, 9), policy_version=-1,
+                                    batch_size=int(run.cfg.sampling.batch_size))
+    outcomes, _ = _outcomes(run, rollouts, _score_rollouts(run, rollouts, f"eval:{label}"))
+    if db is not None:
+        db.add_many(_records(rollouts, outcomes, {}, 0, f"eval:{label}"))
+    samples = [dict(task=r.task_id, verdict=outcomes[r.sample_id].verdict, speedup=outcomes[r.sample_id].speedup,
+                    detail=outcomes[r.sample_id].detail[:200]) for r in rollouts]
+    return summarize([s["speedup"] for s in samples]), samples
+
+
+def _eval_stage(run: Run, stage: str, params: Any) -> None:
+    out = run.workdir / "eval" / f"{stage}.json"
+    if out.is_file() or not run.cfg.eval.after_each_stage:
+        return
+    label = stage_label(run.cfg, stage)
+    log.info("evaluating the policy %s", label)
+    with ExemplarDB(run.workdir / "eval.sqlite") as edb:
+        summary, samples = evaluate(run, params, stage, contrastive=stage == "rl" and int(run.cfg.rl.num_exemplars) > 0,
+                                    samples_per_task=int(run.cfg.eval.samples_per_task),
+                                    temperature=float(run.cfg.eval.temperature), db=edb)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"label": label, "summary": summary.to_dict(), "samples": samples}, indent=1))
+    tmp.rename(out)
+    print(format_table({label: summary}), flush=True)
+
+
+def final_report(run: Run, stages: Sequence[str]) -> dict[str, Path]:
+    rows, groups, verdicts = {}, {}, {}
+    for stage in stages:
+        f = run.workdir / "eval" / f"{stage}.json"
+        if not f.is_file():
+            continue
+        data = json.loads(f.read_text())
+        label = data["label"]
+        speedups = [s["speedup"] for s in data["samples"]]
+        rows[label] = summarize(speedups)
+        groups[label] = [s for s in speedups if s is not None]
+        verdicts[label] = [s["verdict"] for s in data["samples"]]
+    if not rows:
+        return {}
+    paths = write_report(run.workdir / "report", rows, groups, verdicts)
+    print("\n" + format_table(rows, title=f"Speedups of sampled kernels ({run.workdir})"), flush=True)
+    print(f"report: {', '.join(str(p) for p in paths.values())}", flush=True)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------
+# entry point
+
+
+def farm_device(cfg: Any) -> str:
+    if cfg.farm.endpoints:
+        return "cuda"
+    if cfg.farm.local_device != "auto":
+        return str(cfg.farm.local_device)
+    from learner.farm import host_has_gpu
+
+    return "cuda" if host_has_gpu() else "cpu"
+
+
+def _corpus(tasks: Sequence[TaskInfo]) -> list[str]:
+    from evalfarm.tasks.suite import builtin_suite
+
+    texts = []
+    suite = builtin_suite()
+    for t in suite.entries:
+        texts.append(suite.load(t.task_id).source)
+        texts += [v.path.read_text() for v in suite.variants(t.task_id)]
+    for t in tasks:
+        texts += [sft_prompt(t.source), contrastive_prompt(t.source, [])]
+    return texts
+
+
+def open_run(cfg: Any) -> Run:
+    workdir = Path(cfg.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=1))
+    tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
+    policy = build_policy(cfg, workdir, _corpus(tasks))
+    db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width))
+    writer = MetricsWriter(workdir)
+    settings = FarmSettings.from_config(cfg.farm)
+    return Run(cfg=cfg, workdir=workdir, policy=policy, tasks=tasks, db=db, writer=writer,
+               farm_factory=lambda: Farm(settings, workdir))
+
+
+def train(cfg: Any) -> dict[str, Path]:
+    """Run (or resume) the configured pipeline; returns the report's paths."""
+    stages = stage_list(cfg)
+    offsets = stage_offsets(cfg)
+    run = open_run(cfg)
+    try:
+        for stage in stages:
+            if stage_done(run, stage):
+                log.info("stage %s already complete", stage)
+                _eval_stage(run, stage, _final_params(run, stage))
+                continue
+            state, start_params, restored = _stage_state(run, stage, stages)
+            dropped = run.db.truncate_after(offsets[stage] + restored)
+            if dropped:
+                log.info("resume: dropped %d database rows newer than the checkpoint", dropped)
+            log.info("stage %s: step %d of %d", stage, restored, stage_steps(cfg, stage))
+            if stage == "sft":
+                state = run_sft(run, state, restored, offsets[stage])
+            elif stage == "selfsup":
+                state = run_selfsup(run, state, restored, offsets[stage])
+            else:
+                state = run_rl(run, state, start_params, restored, offsets[stage])
+            _eval_stage(run, stage, state.params)
+        return final_report(run, stages)
+    finally:
+        run.close()

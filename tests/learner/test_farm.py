@@ -1,0 +1,147 @@
+"""The learner's farm session: resubmission of INFRA_ERROR, bounded waits, owned local daemons."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from learner.farm import Farm, FarmSettings, LocalDaemons
+from tests.service.conftest import DaemonThread, FakeBackend, fake_source
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FlakyBackend(FakeBackend):
+    """INFRA_ERROR for the first `infra_first` evaluations, then what the source says."""
+
+    def __init__(self, infra_first: int) -> None:
+        super().__init__()
+        self.infra_first = infra_first
+
+    def __call__(self, task, candidate, config, build_pool):  # noqa: ANN001, ANN204
+        self.force_verdict = "INFRA_ERROR" if self.started < self.infra_first else None
+        return super().__call__(task, candidate, config, build_pool)
+
+
+@pytest.fixture
+def daemon():
+    made = []
+
+    def make(backend):  # noqa: ANN001, ANN202
+        d = DaemonThread(backend=backend)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.stop()
+
+
+def _farm(d: DaemonThread, tmp_path: Path, **kw) -> Farm:  # noqa: ANN003
+    return Farm(FarmSettings(endpoints=(d.target,), **kw), tmp_path)
+
+
+def test_infra_error_is_resubmitted_then_scored(daemon, tmp_path):
+    backend = FlakyBackend(infra_first=3)  # the client retries twice on its own, the farm once more
+    d = daemon(backend)
+    with _farm(d, tmp_path, max_resubmits=2) as farm:
+        farm.submit("s1", "L1/1", fake_source("OK", 1.7))
+        out = farm.wait(["s1"], 30)["s1"]
+    assert out.verdict == "OK" and out.speedup == pytest.approx(1.7)
+    assert out.attempts == 2 and not out.infra
+    assert farm.stats["resubmitted"] == 1
+    assert backend.started == 4
+
+
+def test_persistent_infra_error_is_returned_as_infra_never_ok(daemon, tmp_path):
+    d = daemon(FlakyBackend(infra_first=10_000))
+    with _farm(d, tmp_path, max_resubmits=1) as farm:
+        farm.submit("s1", "L1/1", fake_source("OK", 2.0))
+        out = farm.wait(["s1"], 60)["s1"]
+    assert out.verdict == "INFRA_ERROR" and out.infra and not out.ok
+    assert out.speedup is None and out.attempts == 2
+
+
+def test_wait_is_bounded_and_a_late_result_is_dropped(daemon, tmp_path):
+    d = daemon(FakeBackend())
+    with _farm(d, tmp_path) as farm:
+        farm.submit("slow", "L1/1", fake_source("OK", 2.0, sleep=2.0))
+        t0 = time.monotonic()
+        out = farm.wait(["slow"], 0.3)["slow"]
+        assert time.monotonic() - t0 < 5
+        assert out.verdict == "LOST" and out.infra
+        farm.submit("fast", "L1/1", fake_source("OK", 3.0, salt="x"))
+        time.sleep(2.5)
+        got = farm.wait(["fast"], 30)
+    assert set(got) == {"fast"} and got["fast"].speedup == pytest.approx(3.0)
+    assert farm.stats["late_dropped"] == 1 and farm.stats["lost"] == 1
+
+
+def test_results_of_two_batches_come_back_to_the_right_wait(daemon, tmp_path):
+    d = daemon(FakeBackend())
+    with _farm(d, tmp_path) as farm:
+        for i in range(3):
+            farm.submit(f"a{i}", "L1/1", fake_source("OK", 1.0 + i, salt=f"a{i}"))
+            farm.submit(f"b{i}", "L1/1", fake_source("INCORRECT", None, salt=f"b{i}"))
+        b = farm.wait([f"b{i}" for i in range(3)], 30)
+        a = farm.wait([f"a{i}" for i in range(3)], 30)
+        with pytest.raises(ValueError, match="already submitted"):
+            farm.submit("a0", "L1/1", "x")  # delivered ids stay reserved only while pending
+    assert [b[f"b{i}"].verdict for i in range(3)] == ["INCORRECT"] * 3
+    assert [a[f"a{i}"].speedup for i in range(3)] == [1.0, 2.0, 3.0]
+
+
+def test_local_daemon_is_owned_and_reaped(tmp_path):
+    local = LocalDaemons(1, device="cpu", slots=1, cache_dir=tmp_path / "cache", log_dir=tmp_path / "logs")
+    proc = local.procs[0]
+    assert proc.poll() is None and local.endpoints[0].startswith("127.0.0.1:")
+    local.stop()
+    assert proc.poll() is not None and local.procs == []
+
+
+def test_local_daemon_exits_when_its_learner_is_killed(tmp_path):
+    """SIGKILL the process that owns a local daemon: the daemon notices and exits on its own."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO)!r})
+        from pathlib import Path
+        from learner.farm import LocalDaemons
+        local = LocalDaemons(1, device="cpu", slots=1, cache_dir=Path({str(tmp_path)!r}) / "c",
+                             log_dir=Path({str(tmp_path)!r}) / "l")
+        print(local.procs[0].pid, flush=True)
+        time.sleep(600)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        line = [None]
+        reader = threading.Thread(target=lambda: line.__setitem__(0, owner.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(120)
+        assert line[0], "the owner did not start its daemon"
+        daemon_pid = int(line[0])
+        os.kill(daemon_pid, 0)  # alive
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        deadline = time.monotonic() + 60
+        alive = True
+        while alive and time.monotonic() < deadline:
+            try:
+                os.kill(daemon_pid, 0)
+                with open(f"/proc/{daemon_pid}/stat") as f:
+                    alive = f.read().split()[2] != "Z"
+            except (ProcessLookupError, FileNotFoundError):
+                alive = False
+            time.sleep(0.2)
+        assert not alive, "the daemon outlived its owner by more than 60 s"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        owner.stdout.close()

@@ -1,0 +1,142 @@
+"""End to end on CPU: the real learner CLI, real local farm daemons, all three stages, and a
+SIGKILL in the middle of contrastive RL followed by a resume with the same command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A small version of configs/demo.py: two tasks, short completions, a handful of steps.
+OVERRIDES = [
+    "--config.tasks.ids=L1/1,L2/6",
+    "--config.sft.steps=80",
+    "--config.sft.batch_size=4",
+    "--config.selfsup.rounds=1",
+    "--config.selfsup.samples_per_task=2",
+    "--config.selfsup.steps_per_round=3",
+    "--config.rl.steps=4",
+    "--config.rl.tasks_per_step=2",
+    "--config.rl.group_size=2",
+    "--config.sampling.batch_size=4",
+    "--config.sampling.max_new_tokens=192",
+    "--config.eval.samples_per_task=1",
+    "--config.farm.options.num_correctness_inputs=10",
+    "--config.farm.options.timing_budget_s=0.5",
+    "--config.checkpoint_every=1",
+    "--config.progress=False",
+]
+
+
+def _cmd(workdir: Path) -> list[str]:
+    return [sys.executable, "-m", "learner", "train", "--config", str(REPO / "configs" / "demo.py"),
+            f"--config.workdir={workdir}", *OVERRIDES]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def _rl_lines(workdir: Path) -> list[dict]:
+    path = workdir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if rec.get("stage") == "rl":
+            out.append(rec)
+    return out
+
+
+def _daemon_pids(workdir: Path) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in cmd and str(workdir / "farm-cache").encode() in cmd:
+            pids.append(int(p.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_three_stages_then_kill_during_rl_and_resume(tmp_path):
+    workdir = tmp_path / "run"
+    log1 = open(tmp_path / "first.log", "w")  # noqa: SIM115
+    first = subprocess.Popen(_cmd(workdir), cwd=REPO, env=_env(), stdout=log1, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 480
+        while time.monotonic() < deadline and first.poll() is None and len(_rl_lines(workdir)) < 2:
+            time.sleep(0.5)
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        assert len(_rl_lines(workdir)) >= 2, "RL did not reach step 2 in time"
+        os.killpg(first.pid, signal.SIGKILL)  # the learner only; its daemon has its own session
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        log1.close()
+
+    # The orphaned daemon notices its learner is gone and exits by itself.
+    t0 = time.monotonic()
+    while _daemon_pids(workdir) and time.monotonic() - t0 < 60:
+        time.sleep(0.5)
+    assert not _daemon_pids(workdir), "local farm daemon outlived the killed learner"
+
+    second = subprocess.run(_cmd(workdir), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out[-4000:]
+    assert "stage sft already complete" in out and "stage selfsup already complete" in out
+    resumed = re.search(r"stage rl: step (\d) of 4", out)
+    assert resumed and 1 <= int(resumed.group(1)) <= 3, out[-4000:]  # from a mid-RL checkpoint
+
+    # Every RL step has metrics; the resumed steps were written once more, never skipped.
+    rl_steps = {rec["step"] for rec in _rl_lines(workdir)}
+    offset = 80 + 3
+    assert rl_steps == {offset + i for i in range(1, 5)}
+    last = _rl_lines(workdir)[-1]
+    for key in ("success_rate", "reward_mean", "kl", "clip_frac", "tokens_per_s", "farm_wait_s", "samples"):
+        assert key in last, key
+
+    # The database matches the weights: one row per sample id, RL rows for every step 1..4, each
+    # step's group complete, nothing newer than the last step.
+    db = sqlite3.connect(workdir / "exemplars.sqlite")
+    rows = db.execute("SELECT sample_id, stage, step, verdict, reward FROM samples").fetchall()
+    db.close()
+    rl_rows = [r for r in rows if r[1] == "rl"]
+    per_step = {}
+    for _, _, step, _, _ in rl_rows:
+        per_step[step] = per_step.get(step, 0) + 1
+    assert per_step == {offset + i: 4 for i in range(1, 5)}, per_step
+    assert len({r[0] for r in rows}) == len(rows)
+    assert {r[1] for r in rows} >= {"selfsup", "rl"}
+    assert all(r[4] is None for r in rows if r[3] in ("INFRA_ERROR", "LOST"))
+
+    # SFT taught the protocol: the policy's samples after SFT parse and at least one passes.
+    sft_eval = json.loads((workdir / "eval" / "sft.json").read_text())
+    assert any(s["verdict"] == "OK" for s in sft_eval["samples"]), sft_eval
+    for suffix in ("txt", "md", "json", "png"):
+        assert (workdir / f"report.{suffix}").stat().st_size > 0
+    report = (workdir / "report.txt").read_text()
+    assert "after SFT" in report and "after contrastive RL" in report
+    assert not _daemon_pids(workdir), "the resumed run left its daemon running"

@@ -1,0 +1,143 @@
+"""The trainer's small parts: task sets, SFT data, batches, stage bookkeeping, the tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import demo
+from learner.farm import FarmOutcome
+from learner.prompts import contrastive_prompt, parse_response, sft_prompt
+from learner.rollout import Rollout, grpo_batch, length_bucket, lm_batch
+from learner.tasks import (
+    TaskSetError,
+    builtin_sft_targets,
+    load_task_set,
+    read_jsonl_pairs,
+    sft_pairs_for,
+)
+from learner.train import TrainConfigError, outcome_metrics, stage_list, stage_offsets, stage_steps
+
+
+def test_task_set_by_ids_and_errors():
+    tasks = load_task_set("builtin", "L1/1, L2/6")
+    assert [t.task_id for t in tasks] == ["L1/1", "L2/6"]
+    assert "class Model" in tasks[0].source
+    assert len(load_task_set("builtin", "")) >= 24
+    with pytest.raises(TaskSetError, match="no task"):
+        load_task_set("builtin", "L9/99")
+    with pytest.raises(TaskSetError, match="not a KernelBench checkout"):
+        load_task_set("/nonexistent/kb", "")
+
+
+def test_sft_targets_are_correct_variants_and_parse():
+    tasks = load_task_set("builtin", "L1/1,L2/6")
+    targets = builtin_sft_targets(tasks, "cpu")
+    assert {t.task.task_id for t in targets} == {"L1/1", "L2/6"}
+    for t in targets:
+        parsed = parse_response(t.completion)
+        assert parsed.code == t.code.strip()  # the completion round-trips through the parser
+        pairs = sft_pairs_for(t, None)
+        assert [p.prompt for p in pairs] == [sft_prompt(t.task.source), contrastive_prompt(t.task.source, [])]
+        shown = sft_pairs_for(t, 2.5)[-1]
+        assert "2.5" in shown.prompt and t.code.strip() in shown.prompt
+    # CUDA-only variants are not SFT data for a CPU farm, and are for a CUDA one.
+    cuda_tasks = [t for t in load_task_set("builtin", "")]
+    n_cpu = len(builtin_sft_targets(cuda_tasks, "cpu"))
+    n_cuda = len(builtin_sft_targets(cuda_tasks, "cuda"))
+    assert n_cuda > n_cpu > 0
+
+
+def test_jsonl_pairs_both_forms_and_errors(tmp_path):
+    tasks = {t.task_id: t for t in load_task_set("builtin", "L1/1")}
+    f = tmp_path / "pairs.jsonl"
+    f.write_text(json.dumps({"prompt": "p", "completion": "c"}) + "\n\n"
+                 + json.dumps({"task": "L1/1", "code": "class ModelNew: pass"}) + "\n")
+    pairs = read_jsonl_pairs(f, tasks)
+    assert pairs[0].prompt == "p" and pairs[1].task_id == "L1/1"
+    assert "class Model" in pairs[1].prompt and "class ModelNew: pass" in pairs[1].completion
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "p"}\n')
+    with pytest.raises(TaskSetError, match=r"bad.jsonl:1: need string fields"):
+        read_jsonl_pairs(bad, tasks)
+    bad.write_text("{nope\n")
+    with pytest.raises(TaskSetError, match=r":1: not JSON"):
+        read_jsonl_pairs(bad, tasks)
+    bad.write_text(json.dumps({"task": "L3/1", "code": "x"}) + "\n")
+    with pytest.raises(TaskSetError, match="not in the configured task set"):
+        read_jsonl_pairs(bad, tasks)
+    with pytest.raises(TaskSetError, match="does not exist"):
+        read_jsonl_pairs(tmp_path / "missing.jsonl", tasks)
+
+
+def test_lm_batch_masks_only_the_completion():
+    b = lm_batch([([1, 2, 3], [4, 5]), ([6], [7, 8, 9])], pad_id=0, max_len=1024)
+    assert b["tokens"].shape == (2, 128)
+    assert b["tokens"][0, :5].tolist() == [1, 2, 3, 4, 5] and b["tokens"][0, 5:].max() == 0
+    assert b["loss_mask"][0, :6].tolist() == [0, 0, 0, 1, 1, 0]
+    assert b["loss_mask"][1, :5].tolist() == [0, 1, 1, 1, 0]
+    assert length_bucket(129, 1024) == 256 and length_bucket(5000, 1024) == 1024
+
+
+def test_grpo_batch_aligns_behaviour_logprobs_and_drops_invalid_rows():
+    def ro(i: int, prompt: list[int], comp: list[int]) -> Rollout:
+        return Rollout(f"s{i}", "L1/1", 0, prompt, comp, np.arange(1, len(comp) + 1, dtype=np.float32) * -0.1,
+                       0, "", "")
+
+    rows = [ro(0, [1, 2], [3, 4, 5]), ro(1, [1, 2, 3, 4], [6])]
+    b = grpo_batch(rows, np.array([0.5, -0.5]), np.array([True, False]), pad_id=0, max_len=256)
+    assert b["old_logprobs"][0, 2:5].tolist() == pytest.approx([-0.1, -0.2, -0.3])
+    assert b["old_logprobs"][0, :2].tolist() == [0, 0]
+    assert b["loss_mask"][0].sum() == 3 and b["loss_mask"][1].sum() == 0  # invalid: no tokens
+    assert b["advantages"].tolist() == [0.5, -0.5]
+
+
+def test_stage_bookkeeping_from_config():
+    cfg = demo.get_config()
+    assert stage_list(cfg) == ["sft", "selfsup", "rl"]
+    offsets = stage_offsets(cfg)
+    assert offsets["selfsup"] == stage_steps(cfg, "sft")
+    assert offsets["rl"] == stage_steps(cfg, "sft") + cfg.selfsup.rounds * cfg.selfsup.steps_per_round
+    cfg.stages = "rl,sft"
+    with pytest.raises(TrainConfigError, match="order"):
+        stage_list(cfg)
+    cfg.stages = "sft,ppo"
+    with pytest.raises(TrainConfigError, match="comma list"):
+        stage_list(cfg)
+
+
+def test_demo_config_is_locked_against_typos():
+    cfg = demo.get_config()
+    cfg.lock()
+    with pytest.raises(AttributeError):
+        cfg.rl.gruop_size = 3  # noqa: B018 - the typo is the point
+    assert isinstance(cfg, ml_collections.ConfigDict)
+
+
+def test_outcome_metrics_counts_verdicts_parse_failures_and_speedups():
+    outs = [FarmOutcome("a", "OK", 2.0, latency_s=1.0), FarmOutcome("b", "OK", 4.0, latency_s=3.0),
+            FarmOutcome("c", "INCORRECT", latency_s=2.0), FarmOutcome("d", "HACK_DETECTED", hack_reason="x"),
+            FarmOutcome("e", "PARSE_FAILURE", detail="no_code_block")]
+    m = outcome_metrics(outs)
+    assert m["samples"] == 5 and m["success_rate"] == pytest.approx(0.4)
+    assert m["verdict/OK"] == 2 and m["hacks"] == 1 and m["parse_failure/no_code_block"] == 1
+    assert m["speedup_mean"] == pytest.approx(3.0) and m["speedup_max"] == 4.0
+    assert m["farm_latency_s"] == pytest.approx(1.5)  # parse failures never reached the farm
+
+
+def test_scratch_tokenizer_round_trips_code(tmp_path):
+    from learner.vocab import train_tokenizer
+
+    tasks = load_task_set("builtin", "L1/1,L2/6")
+    texts = [t.source for t in tasks] * 3
+    tok = train_tokenizer(texts, 400, tmp_path / "tok")
+    assert tok.eos_ids and tok.pad_id is not None and tok.vocab_size <= 400
+    src = tasks[0].source
+    assert tok.decode(tok.encode(src)) == src
+    again = train_tokenizer(texts, 400, tmp_path / "tok")  # an existing tokenizer is reused
+    assert again.encode(src) == tok.encode(src)
+    with pytest.raises(ValueError, match="too small"):
+        train_tokenizer(texts, 100, tmp_path / "tok2")
