@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 USAGE = __doc__ or ""
@@ -31,8 +32,10 @@ def _config_flags(command: str, argv: list[str]) -> tuple[object, object]:
     from ml_collections import config_flags
 
     fv = flags.FlagValues()
+    # sys_argv: override flags (--config.x.y=...) are registered from the argv we parse, not from
+    # the process's own sys.argv (they differ when main() is called programmatically).
     config_flags.DEFINE_config_file("config", None, "config file with get_config()", flag_values=fv,
-                                    lock_config=True)
+                                    lock_config=True, sys_argv=[f"learner {command}", *argv])
     if command == "eval":
         flags.DEFINE_string("checkpoint", None, "stage checkpoint directory", flag_values=fv)
         flags.DEFINE_integer("step", None, "checkpoint step (default: latest)", flag_values=fv)
@@ -41,8 +44,9 @@ def _config_flags(command: str, argv: list[str]) -> tuple[object, object]:
         flags.DEFINE_string("out", None, "report path prefix (default: <workdir>/eval/<name>)", flag_values=fv)
     try:
         fv([f"learner {command}", *argv])
-    except flags.Error as err:
-        raise SystemExit(f"learner {command}: {err}") from None
+    except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as err:
+        # a misspelt or mistyped --config.<field> override lands here, with a "did you mean"
+        raise SystemExit(f"learner {command}: bad config override: {err}") from None
     if fv.config is None:
         raise SystemExit(f"learner {command}: --config is required (e.g. --config configs/demo.py)")
     return fv.config, fv
@@ -77,13 +81,13 @@ def _eval(argv: list[str]) -> int:
     if not fv.checkpoint:
         print("learner eval: --checkpoint is required (a stage checkpoint directory)", file=sys.stderr)
         return 2
-    run = tr.open_run(cfg)
+    run = tr.open_run(cfg, record_config=False)
     try:
         params = tr.load_stage_params(run, Path(fv.checkpoint), fv.step)
         name = Path(fv.checkpoint).name
         with ExemplarDB(run.workdir / "eval.sqlite") as edb:
             summary, samples = tr.evaluate(
-                run, params, f"cli-{name}", contrastive=fv.contrastive,
+                run, params, f"cli-{name}-{time.strftime('%Y%m%d-%H%M%S')}", contrastive=fv.contrastive,
                 samples_per_task=int(cfg.eval.samples_per_task),
                 temperature=float(cfg.eval.temperature), db=edb)
         label = f"{name} ({'contrastive' if fv.contrastive else 'plain'} prompts)"

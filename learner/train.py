@@ -660,10 +660,11 @@ def _corpus(tasks: Sequence[TaskInfo]) -> list[str]:
     return texts
 
 
-def open_run(cfg: Any) -> Run:
+def open_run(cfg: Any, *, record_config: bool = True) -> Run:
     workdir = Path(cfg.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=1))
+    if record_config:
+        (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=1))
     tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
     policy = build_policy(cfg, workdir, _corpus(tasks))
     db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width))

@@ -140,3 +140,19 @@ def test_three_stages_then_kill_during_rl_and_resume(tmp_path):
     report = (workdir / "report.txt").read_text()
     assert "after SFT" in report and "after contrastive RL" in report
     assert not _daemon_pids(workdir), "the resumed run left its daemon running"
+
+    # `learner eval` makes the same table for a checkpoint; the run's own config stays as it was.
+    config_before = (workdir / "config.json").read_text()
+    ev = subprocess.run([sys.executable, "-m", "learner", "eval", "--config", str(REPO / "configs" / "demo.py"),
+                         f"--config.workdir={workdir}", *OVERRIDES, "--checkpoint", str(workdir / "ckpt" / "rl"),
+                         "--contrastive", "--out", str(tmp_path / "evalrep")],
+                        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert ev.returncode == 0, (ev.stdout + ev.stderr)[-3000:]
+    assert "rl (contrastive prompts)" in ev.stdout and "success" in ev.stdout
+    summary = json.loads((tmp_path / "evalrep.json").read_text())["summaries"]["rl (contrastive prompts)"]
+    assert summary["total"] == 2 and 0 <= summary["success"] <= 2
+    assert (workdir / "config.json").read_text() == config_before
+    bad = subprocess.run([sys.executable, "-m", "learner", "eval", "--config", str(REPO / "configs" / "demo.py"),
+                          f"--config.workdir={workdir}", "--checkpoint", str(tmp_path / "nope")],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr

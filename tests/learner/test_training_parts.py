@@ -141,3 +141,17 @@ def test_scratch_tokenizer_round_trips_code(tmp_path):
     assert again.encode(src) == tok.encode(src)
     with pytest.raises(ValueError, match="too small"):
         train_tokenizer(texts, 100, tmp_path / "tok2")
+
+
+def test_cli_config_errors_are_messages_not_tracebacks():
+    from pathlib import Path
+
+    from learner.cli import main
+
+    demo_file = str(Path(__file__).resolve().parents[2] / "configs" / "demo.py")
+    with pytest.raises(SystemExit, match="gruop_size"):
+        main(["train", "--config", demo_file, "--config.rl.gruop_size=3"])
+    with pytest.raises(SystemExit, match="invalid literal"):
+        main(["train", "--config", demo_file, "--config.rl.group_size=abc"])
+    with pytest.raises(SystemExit, match="--config is required"):
+        main(["train"])
