@@ -89,6 +89,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.farm = ml_collections.ConfigDict()
     c.farm.endpoints = ()  # empty: start local daemons owned by the learner
     c.farm.token_file = ""
+    c.farm.tls_ca = ""  # CA certificate (PEM) of the daemons: enables TLS
+    c.farm.tls_cert = ""  # client certificate and key for mTLS
+    c.farm.tls_key = ""
+    c.farm.tls_server_name = ""
     c.farm.local_daemons = 1
     c.farm.local_device = "auto"
     c.farm.local_slots = 1

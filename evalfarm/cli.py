@@ -36,7 +36,9 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernelbench-root", default=None, help="resolve --task in a KernelBench checkout")
     p.add_argument("--cache-dir", default=None, help="extension build cache (default ~/.cache/evalfarm)")
     p.add_argument("--server", default=None, help="score on a farm daemon HOST:PORT instead of locally")
-    p.add_argument("--token-file", default=None, help="bearer token for --server")
+    from evalfarm.client.cli import add_connection_arguments
+
+    add_connection_arguments(p, token=True)  # --token-file, --tls-*, --timeout (with --server)
 
 
 def _config_from(args: argparse.Namespace) -> ScoreConfig:

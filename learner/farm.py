@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm.client import FarmClient, SampleResult
+from evalfarm.client.channel import TlsConfig
 from evalfarm.result import ScoreResult
 from evalfarm.verdict import Verdict
 
@@ -40,6 +41,10 @@ class FarmError(RuntimeError):
 class FarmSettings:
     endpoints: tuple[str, ...] = ()  # empty: start local daemons
     token_file: str | None = None
+    tls_ca: str | None = None  # CA of the daemons' certificates: enables TLS
+    tls_cert: str | None = None  # client certificate + key for mTLS
+    tls_key: str | None = None
+    tls_server_name: str | None = None
     local_daemons: int = 1
     local_device: str = "auto"  # "auto" (GPUs when present), "cpu" or "cuda"
     local_slots: int = 1  # CPU slots per local daemon
@@ -53,6 +58,10 @@ class FarmSettings:
         return cls(
             endpoints=tuple(e for e in cfg.endpoints if e),
             token_file=cfg.token_file or None,
+            tls_ca=cfg.tls_ca or None,
+            tls_cert=cfg.tls_cert or None,
+            tls_key=cfg.tls_key or None,
+            tls_server_name=cfg.tls_server_name or None,
             local_daemons=int(cfg.local_daemons),
             local_device=str(cfg.local_device),
             local_slots=int(cfg.local_slots),
@@ -176,8 +185,14 @@ class Farm:
             )
             endpoints = self.local.endpoints
         token = Path(settings.token_file).read_text().strip() if settings.token_file else None
+        tls = None
+        if settings.tls_ca or settings.tls_cert:
+            if bool(settings.tls_cert) != bool(settings.tls_key):
+                raise FarmError("farm.tls_cert and farm.tls_key go together")
+            tls = TlsConfig(root_ca=settings.tls_ca, client_cert=settings.tls_cert,
+                            client_key=settings.tls_key, server_name=settings.tls_server_name)
         try:
-            self.client = FarmClient(endpoints, token, default_deadline_s=settings.sample_deadline_s)
+            self.client = FarmClient(endpoints, token, tls, default_deadline_s=settings.sample_deadline_s)
         except BaseException as err:
             if self.local is not None:
                 self.local.stop()

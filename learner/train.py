@@ -572,14 +572,17 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
 
 def evaluate(run: Run, params: Any, label: str, *, contrastive: bool, samples_per_task: int,
              temperature: float, db: ExemplarDB | None = None) -> tuple[SpeedupSummary, list[dict[str, Any]]]:
-    """Sample `samples_per_task` responses per task, score them, summarize."""
+    """Sample `samples_per_task` responses per task, score them, summarize.
+
+    `contrastive`: the RL prompt form (with `rl.num_exemplars` exemplars from the run's database,
+    none for plain GRPO), else the SFT prompt."""
     model = nnx.merge(nnx.graphdef(run.policy.model), params)
     sampler = Sampler(model, pad_id=run.policy.pad_id, min_bucket=64)
     prompts = []
     rng = _np_rng(run, 0, 7)
     for g, t in enumerate(run.tasks):
         ex = (run.db.sample_exemplars(t.task_id, int(run.cfg.rl.num_exemplars), float(run.cfg.rl.tau), rng)
-              if contrastive and int(run.cfg.rl.num_exemplars) > 0 else [])
+              if contrastive and int(run.cfg.rl.num_exemplars) > 0 else [])  # plain GRPO: none
         text = contrastive_prompt(t.source, ex) if contrastive else sft_prompt(t.source)
         ids = run.encode_prompt(text)
         if len(ids) > run.max_prompt_len():
@@ -603,7 +606,7 @@ def _eval_stage(run: Run, stage: str, params: Any) -> None:
     label = stage_label(run.cfg, stage)
     log.info("evaluating the policy %s", label)
     with ExemplarDB(run.workdir / "eval.sqlite") as edb:
-        summary, samples = evaluate(run, params, stage, contrastive=stage == "rl" and int(run.cfg.rl.num_exemplars) > 0,
+        summary, samples = evaluate(run, params, stage, contrastive=stage == "rl",
                                     samples_per_task=int(run.cfg.eval.samples_per_task),
                                     temperature=float(run.cfg.eval.temperature), db=edb)
     out.parent.mkdir(parents=True, exist_ok=True)

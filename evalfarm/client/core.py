@@ -11,7 +11,9 @@
   is fanned out to every sample id.
 - Outlier scores (> 3x, or > 2x the best accepted so far for the task) are re-measured on
   a different daemon (or, with only one, in a fresh evaluation on the same one) before
-  they are accepted; see `_combine_reverified` for the rules.
+  they are accepted; see `_combine_reverified` for the rules. The client is then the only
+  re-verifier: its requests carry reverify_above=0 unless the caller set it explicitly
+  (in-process scoring, `evalfarm.score`, re-verifies by itself).
 """
 
 from __future__ import annotations
@@ -325,6 +327,10 @@ class AsyncFarmClient:
         try:
             task_ref = _task_ref(task)
             opts = options_to_pb(options)
+            if self.reverify and not opts.HasField("reverify_above"):
+                # One owner for re-verification: this client re-measures outliers on another
+                # daemon, so the daemon must not also re-measure them in place.
+                opts.reverify_above = 0.0
         except (ValueError, TypeError) as err:
             self._deliver_one(sample_id, tags, SampleResult(
                 sample_id, ScoreResult.failure(Verdict.INFRA_ERROR, f"invalid request: {err}"),

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from learner.farm import Farm, FarmSettings, LocalDaemons
+from learner.farm import Farm, FarmError, FarmSettings, LocalDaemons
 from tests.service.conftest import DaemonThread, FakeBackend, fake_source
+from tests.service.test_tls import pki  # noqa: F401, F811 - the certificate fixture
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,3 +146,15 @@ def test_local_daemon_exits_when_its_learner_is_killed(tmp_path):
         if owner.poll() is None:
             owner.kill()
         owner.stdout.close()
+
+
+def test_farm_over_tls_and_bad_tls_settings(pki, tmp_path):  # noqa: F811 - pytest fixture
+    d = DaemonThread(backend=FakeBackend(), tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    try:
+        with _farm(d, tmp_path, tls_ca=str(pki / "ca.pem")) as farm:
+            farm.submit("t1", "L1/1", fake_source("OK", 1.9))
+            assert farm.wait(["t1"], 30)["t1"].speedup == pytest.approx(1.9)
+        with pytest.raises(FarmError, match="go together"):
+            _farm(d, tmp_path, tls_ca=str(pki / "ca.pem"), tls_cert=str(pki / "client.pem"))
+    finally:
+        d.stop()

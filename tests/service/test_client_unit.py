@@ -64,6 +64,16 @@ def test_reverify_single_daemon(daemon_factory) -> None:
     assert res.result.evidence.reverified["agreed"] is True and "same daemon" in res.result.detail
     assert a.backend.started == 3  # fresh evaluation (no_cache), not the cached first
     assert low.result.evidence.reverified == {}
+    # One owner: the client re-verifies, so the daemon is told not to re-measure in place.
+    assert {ev.config.reverify_above for ev in a.backend.evaluations} == {0.0}
+
+
+def test_no_client_reverify_leaves_the_daemon_rule_alone(daemon_factory) -> None:
+    a = daemon_factory()
+    with FarmClient([a.target], poll_interval_s=0.2, reverify=False) as farm:
+        farm.score("L1/1", fake_source(speedup=4.0), deadline_s=20)
+        farm.score("L1/1", fake_source(speedup=4.0, salt="x"), options={"reverify_above": 5.0}, deadline_s=20)
+    assert [ev.config.reverify_above for ev in a.backend.evaluations] == [3.0, 5.0]
 
 
 def test_deadline_gives_infra_error_not_hang(daemon_factory) -> None:

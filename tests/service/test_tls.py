@@ -53,3 +53,19 @@ def test_mtls_requires_client_cert(daemon_factory, pki: Path) -> None:
     creds = grpc.ssl_channel_credentials(root_certificates=(pki / "ca.pem").read_bytes())
     with grpc.secure_channel(d.target, creds) as ch, pytest.raises(grpc.RpcError):
         pb_grpc.EvalFarmStub(ch).Capacity(pb.CapacityRequest(), timeout=3)
+
+
+def test_score_cli_with_server_speaks_mtls(daemon_factory, pki: Path, tmp_path: Path, capsys) -> None:
+    """`evalfarm score --server` (the top-level CLI) takes the TLS flags and uses them."""
+    from evalfarm.cli import main
+
+    d = daemon_factory(tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem")
+    cand = tmp_path / "cand.py"
+    cand.write_text(fake_source("OK", 2.5))
+    base = ["score", "--task", "L1/1", "--candidate", str(cand), "--server", d.target, "--json"]
+    rc = main([*base, "--tls-ca", str(pki / "ca.pem"), "--tls-cert", str(pki / "client.pem"),
+               "--tls-key", str(pki / "client.key"), "--timeout", "30"])
+    out = capsys.readouterr().out
+    assert rc == 0 and '"verdict": "OK"' in out and "2.5" in out
+    assert main([*base, "--tls-ca", str(pki / "ca.pem"), "--timeout", "10"]) == 2  # no client cert: refused
+    assert main([*base, "--tls-cert", str(pki / "client.pem")]) == 2  # cert without key: a usage error
