@@ -144,6 +144,8 @@ def run_remote_score(args: argparse.Namespace) -> int:
     if args.json:
         out = result.to_dict()
         out["host"] = reply.host
+        if reply.gpu_name:
+            out["gpu_name"] = reply.gpu_name
         if reply.evidence.cached:
             out["cached"] = True
         print(json.dumps(out))

@@ -44,7 +44,8 @@ def _cmd(workdir: Path) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 

@@ -227,18 +227,20 @@ def rss_kib(pid: int) -> int:
 
 @pytest.fixture
 def spawn_daemon(tmp_path: Path) -> Iterator[Any]:
-    """Start a real daemon subprocess (CPU, real scoring); every one is stopped and reaped."""
+    """Start a real daemon subprocess (CPU slots, or `gpus=`; real scoring); every one is stopped and reaped."""
     made: list[DaemonProcess] = []
     counter = iter(range(1000))
 
     def spawn(*args: str, cache_dir: Path | None = None, expect_fail: bool = False,
-              timeout: float = 60.0) -> DaemonProcess | subprocess.CompletedProcess[str]:
+              timeout: float = 60.0, gpus: str | None = None) -> DaemonProcess | subprocess.CompletedProcess[str]:
         n = next(counter)
         log_path = tmp_path / f"daemon{n}.log"
         cache = cache_dir or tmp_path / f"cache{n}"
-        cmd = [sys.executable, "-m", "evalfarm.server", "--port", "0", "--device", "cpu",
+        slots = ["--gpus", gpus] if gpus else ["--device", "cpu"]
+        cmd = [sys.executable, "-m", "evalfarm.server", "--port", "0", *slots,
                "--cache-dir", str(cache), *args]
-        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                   PYTHONUNBUFFERED="1")
         if expect_fail:
             return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
         with open(log_path, "w") as log_file:
