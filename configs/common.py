@@ -72,7 +72,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.bucket_width = 0.1
     c.rl.reward_clip = 10.0  # speedup rewards above this are clipped
     c.rl.learning_rate = 2e-5
-    c.rl.overlap = True  # generate step t+1 while the farm scores step t (staleness 1)
+    c.rl.overlap = "auto"  # "on": sample step t+1 while the farm scores step t (staleness 1);
+    # "auto": on, except with a local CPU farm, where sampling would share the cores it times on
     c.rl.grpo = ml_collections.ConfigDict()
     c.rl.grpo.clip_eps = 0.2
     c.rl.grpo.kl_coef = 0.04
@@ -96,6 +97,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.farm.local_daemons = 1
     c.farm.local_device = "auto"
     c.farm.local_slots = 1
+    c.farm.local_cache_dir = ""  # "" = <workdir>/farm-cache; share one to score equal code equally
     c.farm.sample_deadline_s = 900.0
     c.farm.max_resubmits = 2
     c.farm.wait_timeout_s = 1800.0  # the learner's own bound on waiting for one step's results

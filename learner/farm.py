@@ -48,6 +48,7 @@ class FarmSettings:
     local_daemons: int = 1
     local_device: str = "auto"  # "auto" (GPUs when present), "cpu" or "cuda"
     local_slots: int = 1  # CPU slots per local daemon
+    local_cache_dir: str = ""  # local daemons' result + build cache; "" = <workdir>/farm-cache
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # evalfarm ScoreConfig fields
     sample_deadline_s: float = 900.0  # the client turns a sample older than this into INFRA_ERROR
     max_resubmits: int = 2
@@ -65,6 +66,7 @@ class FarmSettings:
             local_daemons=int(cfg.local_daemons),
             local_device=str(cfg.local_device),
             local_slots=int(cfg.local_slots),
+            local_cache_dir=str(cfg.local_cache_dir),
             options=dict(cfg.options),
             sample_deadline_s=float(cfg.sample_deadline_s),
             max_resubmits=int(cfg.max_resubmits),
@@ -180,10 +182,12 @@ class Farm:
         if not endpoints:
             self.local = LocalDaemons(
                 settings.local_daemons, device=settings.local_device, slots=settings.local_slots,
-                cache_dir=workdir / "farm-cache", log_dir=workdir / "logs",
+                cache_dir=Path(settings.local_cache_dir) if settings.local_cache_dir else workdir / "farm-cache",
+                log_dir=workdir / "logs",
                 start_timeout_s=settings.start_timeout_s,
             )
             endpoints = self.local.endpoints
+        self.shares_cpu_with_learner = self.local is not None and self.local.device == "cpu"
         token = Path(settings.token_file).read_text().strip() if settings.token_file else None
         tls = None
         if settings.tls_ca or settings.tls_cert:

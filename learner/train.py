@@ -523,13 +523,19 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
     sampler = _sampler(run, state)
     max_len = int(run.cfg.max_seq_len)
     pending: _Batch | None = None
+    if cfg.overlap not in ("auto", "on", "off"):
+        raise TrainConfigError(f"rl.overlap must be 'auto', 'on' or 'off', got {cfg.overlap!r}")
+    overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and not run.farm.shares_cpu_with_learner)
+    if cfg.overlap == "auto" and not overlap:
+        log.warning("rl.overlap is off: the local farm times kernels on this machine's CPU cores, and "
+                    "sampling at the same time would distort its speedups (force with rl.overlap=on)")
     with _checkpointer(run, "rl") as ck, _progress(run, total, start, "rl") as bar:
         for step in range(start, total):
             gstep = offset + step
             version = offset + int(jax.device_get(state.step))
             batch = pending if pending is not None else _rl_generate(run, sampler, gstep, version)
             pending = None
-            if cfg.overlap and step + 1 < total:  # the sampler works while the farm scores `batch`
+            if overlap and step + 1 < total:  # the sampler works while the farm scores `batch`
                 pending = _rl_generate(run, sampler, gstep + 1, version)
             outcomes, waited = _outcomes(run, batch.rollouts, batch.ids)
             rollouts = batch.rollouts

@@ -34,6 +34,7 @@ OVERRIDES = [
     "--config.farm.options.num_correctness_inputs=10",
     "--config.farm.options.timing_budget_s=0.5",
     "--config.checkpoint_every=1",
+    "--config.rl.overlap=on",  # exercise the overlapped loop even on a local CPU farm
     "--config.progress=False",
 ]
 
@@ -118,6 +119,8 @@ def test_three_stages_then_kill_during_rl_and_resume(tmp_path):
     last = _rl_lines(workdir)[-1]
     for key in ("success_rate", "reward_mean", "kl", "clip_frac", "tokens_per_s", "farm_wait_s", "samples"):
         assert key in last, key
+    # Overlap: every step after a (re)start used samples from the policy one update older.
+    assert last["staleness"] == 1.0 and _rl_lines(workdir)[0]["staleness"] == 0.0
 
     # The database matches the weights: one row per sample id, RL rows for every step 1..4, each
     # step's group complete, nothing newer than the last step.
