@@ -49,6 +49,9 @@ class Evidence:
     # What the candidate's process was isolated with, as its worker reported it, e.g.
     # ["network namespace", "no process limit: RLIMIT_NPROC not effective: running as root"].
     isolation: list[str] = dataclasses.field(default_factory=list)
+    # The least time a correct call can take on this device (evalfarm.judge.floor):
+    # {"output_bytes", "copy_rate_gb_s", "probe_bytes", "floor_us"}.
+    physical_floor: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -76,9 +79,10 @@ class ScoreResult:
     def from_dict(cls, data: dict[str, Any]) -> ScoreResult:
         ev = dict(data.get("evidence") or {})
         timing = ev.pop("timing", None)
-        evidence = Evidence(**ev)
+        # Fields this version does not know (a newer daemon's evidence) are dropped, not fatal.
+        evidence = Evidence(**_known(Evidence, ev))
         if timing is not None:
-            evidence.timing = TimingEvidence(**timing)
+            evidence.timing = TimingEvidence(**_known(TimingEvidence, timing))
         return cls(
             verdict=Verdict(data["verdict"]),
             speedup=data.get("speedup"),
@@ -91,3 +95,8 @@ class ScoreResult:
     @classmethod
     def failure(cls, verdict: Verdict, detail: str, **kwargs: Any) -> ScoreResult:
         return cls(verdict=verdict, speedup=None, detail=detail, **kwargs)
+
+
+def _known(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in values.items() if k in names}
