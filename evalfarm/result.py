@@ -49,9 +49,6 @@ class Evidence:
     # What the candidate's process was isolated with, as its worker reported it, e.g.
     # ["network namespace", "no process limit: RLIMIT_NPROC not effective: running as root"].
     isolation: list[str] = dataclasses.field(default_factory=list)
-    # The least time a correct call can take on this device (evalfarm.judge.floor):
-    # {"output_bytes", "copy_rate_gb_s", "probe_bytes", "floor_us"}.
-    physical_floor: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -42,9 +42,6 @@ def test_faster_variant_scores_above_one(task, data_dir, build_pool):
     r = _score(task, data_dir, "cand_fast.py", build_pool)
     assert r.verdict is Verdict.OK, r.detail
     assert r.speedup > 1.2, r.evidence.timing
-    floor = r.evidence.physical_floor  # measured on this device, and honest work is above it
-    assert floor["output_bytes"] > 0 and floor["copy_rate_gb_s"] > 0.1
-    assert 0 < floor["floor_us"] < r.evidence.timing.cand_time_us_median
 
 
 def test_slow_variant_scores_below_one(task, data_dir, build_pool):
