@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +225,7 @@ class Farm:
     # -- results ---------------------------------------------------------------------------
     def wait(self, sample_ids: Sequence[str], timeout_s: float) -> dict[str, FarmOutcome]:
         """Results for `sample_ids`; those missing at the deadline come back as LOST."""
-        want = [s for s in sample_ids]
+        want = list(sample_ids)
         deadline = time.monotonic() + timeout_s
         while any(s not in self._done for s in want):
             remaining = deadline - time.monotonic()
@@ -290,11 +290,3 @@ class Farm:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def score_all(farm: Farm, items: Iterable[tuple[str, str, str]], timeout_s: float) -> dict[str, FarmOutcome]:
-    """Submit (sample_id, task_id, code) items and wait for all of them."""
-    ids = []
-    for sid, task_id, code in items:
-        farm.submit(sid, task_id, code)
-        ids.append(sid)
-    return farm.wait(ids, timeout_s)

@@ -45,7 +45,7 @@ from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss, reference
 from learner.losses import lm_loss_sum_count
 from learner.metrics import MetricsWriter
 from learner.policy import Policy, build_policy
-from learner.prompts import PROMPT_VERSION, contrastive_prompt, sft_prompt
+from learner.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.report import SpeedupSummary, format_table, summarize, write_report
 from learner.rollout import Rollout, generate_rollouts, grpo_batch, length_bucket, lm_batch
 from learner.sampler import Sampler, SamplingConfig
@@ -415,14 +415,29 @@ def run_sft(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
     return state
 
 
+def _prompt_ids(run: Run, task: TaskInfo, exemplars: list[Exemplar] | None) -> tuple[list[int], int] | None:
+    """Token ids of the task's prompt that fit `max_seq_len - max_new_tokens`, and the number of
+    exemplars shown. `exemplars=None`: the SFT prompt; a list: the contrastive prompt, dropping the
+    weakest exemplars until it fits. None when even the smallest form does not fit."""
+    if exemplars is None:
+        ids = run.encode_prompt(sft_prompt(task.source))
+    else:
+        ids = run.encode_prompt(contrastive_prompt(task.source, exemplars))
+        while len(ids) > run.max_prompt_len() and exemplars:
+            exemplars = exemplars[1:]
+            ids = run.encode_prompt(contrastive_prompt(task.source, exemplars))
+    if len(ids) > run.max_prompt_len():
+        log.warning("prompt for %s is %d tokens > %d; skipped", task.task_id, len(ids), run.max_prompt_len())
+        return None
+    return ids, len(exemplars or [])
+
+
 def _sft_prompts(run: Run, prefix: str, per_task: int) -> list[tuple[str, str, int, list[int]]]:
     out = []
     for g, t in enumerate(run.tasks):
-        ids = run.encode_prompt(sft_prompt(t.source))
-        if len(ids) > run.max_prompt_len():
-            log.warning("prompt for %s is %d tokens > %d; skipped", t.task_id, len(ids), run.max_prompt_len())
-            continue
-        out += [(f"{prefix}-{g}-{k}", t.task_id, g, ids) for k in range(per_task)]
+        fitted = _prompt_ids(run, t, None)
+        if fitted is not None:
+            out += [(f"{prefix}-{g}-{k}", t.task_id, g, fitted[0]) for k in range(per_task)]
     return out
 
 
@@ -430,7 +445,7 @@ def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainSt
     cfg = run.cfg.selfsup
     k = int(cfg.steps_per_round)
     total = int(cfg.rounds) * k
-    sampler = _sampler(run, state)
+    sampler = _sampler(run, state.params)
     loss_fn = functools.partial(lm_loss_sum_count, chunk_size=512)
     with _checkpointer(run, "selfsup") as ck, _progress(run, int(cfg.rounds), start // k, "selfsup") as bar:
         for rnd in range(start // k, int(cfg.rounds)):
@@ -468,18 +483,22 @@ def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainSt
     return state
 
 
-def _sampler(run: Run, state: TrainState) -> Sampler:
-    model = nnx.merge(state.graphdef, state.params)
-    return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64)
+def _sampler(run: Run, params: Any) -> Sampler:
+    return Sampler(nnx.merge(nnx.graphdef(run.policy.model), params), pad_id=run.policy.pad_id, min_bucket=64)
 
 
 @dataclasses.dataclass
 class _Batch:
-    gstep: int
     rollouts: list[Rollout]
     ids: list[str]
     gen_tokens_per_s: float
     num_exemplars: float
+
+
+def _exemplars(run: Run, task: TaskInfo, rng: np.random.Generator) -> list[Exemplar]:
+    """Earlier kernels for the task's contrastive prompt (none for plain GRPO)."""
+    n = int(run.cfg.rl.num_exemplars)
+    return run.db.sample_exemplars(task.task_id, n, float(run.cfg.rl.tau), rng) if n > 0 else []
 
 
 def _rl_prompts(run: Run, gstep: int) -> tuple[list[tuple[str, str, int, list[int]]], float]:
@@ -490,16 +509,11 @@ def _rl_prompts(run: Run, gstep: int) -> tuple[list[tuple[str, str, int, list[in
     out, shown = [], []
     for g, ti in enumerate(sorted(int(i) for i in chosen)):
         task = run.tasks[ti]
-        ex = run.db.sample_exemplars(task.task_id, int(cfg.num_exemplars), float(cfg.tau), rng) \
-            if int(cfg.num_exemplars) > 0 else []
-        ids = run.encode_prompt(contrastive_prompt(task.source, ex))
-        while len(ids) > run.max_prompt_len() and ex:  # drop the weakest exemplars until it fits
-            ex = ex[1:]
-            ids = run.encode_prompt(contrastive_prompt(task.source, ex))
-        if len(ids) > run.max_prompt_len():
-            log.warning("contrastive prompt for %s does not fit; task skipped this step", task.task_id)
+        fitted = _prompt_ids(run, task, _exemplars(run, task, rng))
+        if fitted is None:
             continue
-        shown.append(len(ex))
+        ids, n_shown = fitted
+        shown.append(n_shown)
         out += [(f"rl-{gstep}-{g}-{k}", task.task_id, g, ids) for k in range(int(cfg.group_size))]
     return out, float(np.mean(shown)) if shown else 0.0
 
@@ -512,7 +526,7 @@ def _rl_generate(run: Run, sampler: Sampler, gstep: int, version: int) -> _Batch
                                       _jax_key(run, gstep, 4), policy_version=version,
                                       batch_size=int(run.cfg.sampling.batch_size))
     ids = _score_rollouts(run, rollouts, "rl")
-    return _Batch(gstep, rollouts, ids, gen.tokens_per_s, shown)
+    return _Batch(rollouts, ids, gen.tokens_per_s, shown)
 
 
 def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int) -> TrainState:
@@ -520,7 +534,7 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
     total = int(cfg.steps)
     gcfg = GRPOConfig(**{k: cfg.grpo[k] for k in cfg.grpo.keys()})
     loss_fn = make_grpo_loss(gcfg)
-    sampler = _sampler(run, state)
+    sampler = _sampler(run, state.params)
     max_len = int(run.cfg.max_seq_len)
     pending: _Batch | None = None
     if cfg.overlap not in ("auto", "on", "off"):
@@ -551,7 +565,6 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
                                                                 b["loss_mask"]))
                                  if gcfg.kl_coef > 0 else np.zeros_like(b["old_logprobs"]))
             t0 = time.perf_counter()
-            version_now = offset + int(jax.device_get(state.step))
             state, lm = train_step(state, b, loss_fn)
             sampler.update_params(state.params)
             m = {k: float(v) for k, v in jax.device_get(lm).items()}
@@ -561,7 +574,7 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
                      adv_std=float(adv[valid].std()) if valid.any() else 0.0,
                      infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s,
                      farm_wait_s=waited, update_s=time.perf_counter() - t0,
-                     staleness=float(version_now - np.mean([r.policy_version for r in rollouts])),
+                     staleness=float(version - np.mean([r.policy_version for r in rollouts])),
                      exemplars_in_prompt=batch.num_exemplars)
             run.writer.write(gstep + 1, m, stage="rl")
             bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['reward_mean']:.2f}")
@@ -582,18 +595,13 @@ def evaluate(run: Run, params: Any, label: str, *, contrastive: bool, samples_pe
 
     `contrastive`: the RL prompt form (with `rl.num_exemplars` exemplars from the run's database,
     none for plain GRPO), else the SFT prompt."""
-    model = nnx.merge(nnx.graphdef(run.policy.model), params)
-    sampler = Sampler(model, pad_id=run.policy.pad_id, min_bucket=64)
+    sampler = _sampler(run, params)
     prompts = []
     rng = _np_rng(run, 0, 7)
     for g, t in enumerate(run.tasks):
-        ex = (run.db.sample_exemplars(t.task_id, int(run.cfg.rl.num_exemplars), float(run.cfg.rl.tau), rng)
-              if contrastive and int(run.cfg.rl.num_exemplars) > 0 else [])  # plain GRPO: none
-        text = contrastive_prompt(t.source, ex) if contrastive else sft_prompt(t.source)
-        ids = run.encode_prompt(text)
-        if len(ids) > run.max_prompt_len():
-            continue
-        prompts += [(f"eval-{label}-{g}-{k}", t.task_id, g, ids) for k in range(samples_per_task)]
+        fitted = _prompt_ids(run, t, _exemplars(run, t, rng) if contrastive else None)
+        if fitted is not None:
+            prompts += [(f"eval-{label}-{g}-{k}", t.task_id, g, fitted[0]) for k in range(samples_per_task)]
     rollouts, _ = generate_rollouts(sampler, run.tokenizer, prompts, run.sampling(temperature),
                                     _jax_key(run, 0, 9), policy_version=-1,
                                     batch_size=int(run.cfg.sampling.batch_size))
@@ -605,10 +613,17 @@ def evaluate(run: Run, params: Any, label: str, *, contrastive: bool, samples_pe
     return summarize([s["speedup"] for s in samples]), samples
 
 
+def _eval_path(run: Run, stage: str) -> Path:
+    return run.workdir / "eval" / f"{stage}.json"
+
+
+def _eval_pending(run: Run, stage: str) -> bool:
+    return bool(run.cfg.eval.after_each_stage) and not _eval_path(run, stage).is_file()
+
+
 def _eval_stage(run: Run, stage: str, params: Any) -> None:
-    out = run.workdir / "eval" / f"{stage}.json"
-    if out.is_file() or not run.cfg.eval.after_each_stage:
-        return
+    """Evaluate the stage's final policy and keep the result (once: see `_eval_pending`)."""
+    out = _eval_path(run, stage)
     label = stage_label(run.cfg, stage)
     log.info("evaluating the policy %s", label)
     with ExemplarDB(run.workdir / "eval.sqlite") as edb:
@@ -625,7 +640,7 @@ def _eval_stage(run: Run, stage: str, params: Any) -> None:
 def final_report(run: Run, stages: Sequence[str]) -> dict[str, Path]:
     rows, groups, verdicts = {}, {}, {}
     for stage in stages:
-        f = run.workdir / "eval" / f"{stage}.json"
+        f = _eval_path(run, stage)
         if not f.is_file():
             continue
         data = json.loads(f.read_text())
@@ -692,7 +707,8 @@ def train(cfg: Any) -> dict[str, Path]:
         for stage in stages:
             if stage_done(run, stage):
                 log.info("stage %s already complete", stage)
-                _eval_stage(run, stage, _final_params(run, stage))
+                if _eval_pending(run, stage):  # restore the params only when they are needed
+                    _eval_stage(run, stage, _final_params(run, stage))
                 continue
             state, start_params, restored = _stage_state(run, stage, stages)
             dropped = run.db.truncate_after(offsets[stage] + restored)
@@ -705,7 +721,8 @@ def train(cfg: Any) -> dict[str, Path]:
                 state = run_selfsup(run, state, restored, offsets[stage])
             else:
                 state = run_rl(run, state, start_params, restored, offsets[stage])
-            _eval_stage(run, stage, state.params)
+            if _eval_pending(run, stage):
+                _eval_stage(run, stage, state.params)
         return final_report(run, stages)
     finally:
         run.close()
