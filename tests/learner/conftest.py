@@ -12,3 +12,7 @@ for p in (str(REPO_ROOT), str(Path(__file__).resolve().parent)):
         sys.path.insert(0, p)
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Fixtures shared with the service tests: an in-process daemon (fake backend) and test certificates.
+from tests.service.conftest import daemon_factory  # noqa: E402, F401
+from tests.service.test_tls import pki  # noqa: E402, F401

@@ -15,7 +15,6 @@ import pytest
 
 from learner.farm import Farm, FarmError, FarmSettings, LocalDaemons
 from tests.service.conftest import DaemonThread, FakeBackend, fake_source
-from tests.service.test_tls import pki  # noqa: F401, F811 - the certificate fixture
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,27 +31,13 @@ class FlakyBackend(FakeBackend):
         return super().__call__(task, candidate, config, build_pool)
 
 
-@pytest.fixture
-def daemon():
-    made = []
-
-    def make(backend):  # noqa: ANN001, ANN202
-        d = DaemonThread(backend=backend)
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.stop()
-
-
 def _farm(d: DaemonThread, tmp_path: Path, **kw) -> Farm:  # noqa: ANN003
     return Farm(FarmSettings(endpoints=(d.target,), **kw), tmp_path)
 
 
-def test_infra_error_is_resubmitted_then_scored(daemon, tmp_path):
+def test_infra_error_is_resubmitted_then_scored(daemon_factory, tmp_path):
     backend = FlakyBackend(infra_first=3)  # the client retries twice on its own, the farm once more
-    d = daemon(backend)
+    d = daemon_factory(backend=backend)
     with _farm(d, tmp_path, max_resubmits=2) as farm:
         farm.submit("s1", "L1/1", fake_source("OK", 1.7))
         out = farm.wait(["s1"], 30)["s1"]
@@ -62,8 +47,8 @@ def test_infra_error_is_resubmitted_then_scored(daemon, tmp_path):
     assert backend.started == 4
 
 
-def test_persistent_infra_error_is_returned_as_infra_never_ok(daemon, tmp_path):
-    d = daemon(FlakyBackend(infra_first=10_000))
+def test_persistent_infra_error_is_returned_as_infra_never_ok(daemon_factory, tmp_path):
+    d = daemon_factory(backend=FlakyBackend(infra_first=10_000))
     with _farm(d, tmp_path, max_resubmits=1) as farm:
         farm.submit("s1", "L1/1", fake_source("OK", 2.0))
         out = farm.wait(["s1"], 60)["s1"]
@@ -71,8 +56,8 @@ def test_persistent_infra_error_is_returned_as_infra_never_ok(daemon, tmp_path):
     assert out.speedup is None and out.attempts == 2
 
 
-def test_wait_is_bounded_and_a_late_result_is_dropped(daemon, tmp_path):
-    d = daemon(FakeBackend())
+def test_wait_is_bounded_and_a_late_result_is_dropped(daemon_factory, tmp_path):
+    d = daemon_factory(backend=FakeBackend())
     with _farm(d, tmp_path) as farm:
         farm.submit("slow", "L1/1", fake_source("OK", 2.0, sleep=2.0))
         t0 = time.monotonic()
@@ -86,8 +71,8 @@ def test_wait_is_bounded_and_a_late_result_is_dropped(daemon, tmp_path):
     assert farm.stats["late_dropped"] == 1 and farm.stats["lost"] == 1
 
 
-def test_results_of_two_batches_come_back_to_the_right_wait(daemon, tmp_path):
-    d = daemon(FakeBackend())
+def test_results_of_two_batches_come_back_to_the_right_wait(daemon_factory, tmp_path):
+    d = daemon_factory(backend=FakeBackend())
     with _farm(d, tmp_path) as farm:
         for i in range(3):
             farm.submit(f"a{i}", "L1/1", fake_source("OK", 1.0 + i, salt=f"a{i}"))
@@ -148,13 +133,10 @@ def test_local_daemon_exits_when_its_learner_is_killed(tmp_path):
         owner.stdout.close()
 
 
-def test_farm_over_tls_and_bad_tls_settings(pki, tmp_path):  # noqa: F811 - pytest fixture
-    d = DaemonThread(backend=FakeBackend(), tls_cert=pki / "server.pem", tls_key=pki / "server.key")
-    try:
-        with _farm(d, tmp_path, tls_ca=str(pki / "ca.pem")) as farm:
-            farm.submit("t1", "L1/1", fake_source("OK", 1.9))
-            assert farm.wait(["t1"], 30)["t1"].speedup == pytest.approx(1.9)
-        with pytest.raises(FarmError, match="go together"):
-            _farm(d, tmp_path, tls_ca=str(pki / "ca.pem"), tls_cert=str(pki / "client.pem"))
-    finally:
-        d.stop()
+def test_farm_over_tls_and_bad_tls_settings(daemon_factory, pki, tmp_path):
+    d = daemon_factory(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    with _farm(d, tmp_path, tls_ca=str(pki / "ca.pem")) as farm:
+        farm.submit("t1", "L1/1", fake_source("OK", 1.9))
+        assert farm.wait(["t1"], 30)["t1"].speedup == pytest.approx(1.9)
+    with pytest.raises(FarmError, match="go together"):
+        _farm(d, tmp_path, tls_ca=str(pki / "ca.pem"), tls_cert=str(pki / "client.pem"))
