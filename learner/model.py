@@ -220,6 +220,12 @@ class Transformer(nnx.Module):
             positions, np.asarray(self.inv_freq, np.float32), self.cfg.jnp_compute_dtype
         )
 
+    def head_weight(self) -> tuple[jax.Array, str]:
+        """The LM-head parameter as stored and its layout: ("vd", [V, d]) tied, ("dv", [d, V]) not."""
+        if self.lm_head is None:
+            return self.embed_tokens.embedding[...], "vd"
+        return self.lm_head.kernel[...], "dv"
+
     def logits(self, hidden: jax.Array) -> jax.Array:
         """Final-normed hidden states [..., d] -> float32 logits [..., V]."""
         cdt = self.cfg.jnp_compute_dtype
