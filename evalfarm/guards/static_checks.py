@@ -1450,6 +1450,8 @@ def check_candidate_source(
         with warnings.catch_warnings():  # SyntaxWarnings of the candidate are not ours
             warnings.simplefilter("ignore")
             tree = ast.parse(source, filename="<candidate>", mode="exec")
+            # Some errors only the compiler reports (e.g. a bare starred expression, `*0`).
+            compile(tree, "<candidate>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise CandidateSyntaxError(
             f"line {exc.lineno}: candidate is not valid Python: {exc.msg}", exc.lineno
