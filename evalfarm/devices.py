@@ -1,14 +1,17 @@
 """What processors a host has: GPUs read through nvidia-smi (so the caller never initialises
-CUDA), in the order CUDA_VISIBLE_DEVICES gives them, and the CPU model."""
+CUDA), in the order CUDA_VISIBLE_DEVICES gives them, and the CPU model; and a GPU's peak DRAM
+bandwidth read through NVML (``dram_peak``), which does not initialise CUDA either."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import os
 import platform
 import subprocess
 from pathlib import Path
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,3 +82,112 @@ def build_arch(device: str) -> str:
     if gpu is None:
         raise RuntimeError(f"no NVIDIA GPU for device {device!r} (nvidia-smi found none)")
     return gpu.arch
+
+
+# --- peak DRAM bandwidth, from the driver's own description of the part -----------------------
+
+@dataclasses.dataclass(frozen=True)
+class DramPeak:
+    """The device's theoretical peak DRAM bandwidth as NVML describes it, or why it is unknown."""
+
+    bytes_per_s: float | None  # None: unknown, and nothing built on it may be applied
+    mem_clock_mhz: int | None = None  # maximum memory clock
+    bus_width_bits: int | None = None
+    note: str = ""  # how the device was matched, or why the reading failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"peak_dram_bytes_s": self.bytes_per_s, "mem_clock_max_mhz": self.mem_clock_mhz,
+                "memory_bus_width_bits": self.bus_width_bits, "nvml": self.note}
+
+
+def peak_dram_bytes_s(mem_clock_mhz: float, bus_width_bits: float) -> float:
+    """Theoretical peak: max memory clock x bus width x 2 (double data rate) / 8 bits per byte.
+
+    H100 SXM (2619 MHz, 5120 bits): 3.35e12 B/s; H200 (3201 MHz, 6144 bits): 4.92e12 B/s.
+    """
+    return mem_clock_mhz * 1e6 * bus_width_bits * 2 / 8
+
+
+def dram_peak(uuid: str | None, pci: tuple[int, int, int] | None, nvml: Any = None) -> DramPeak:
+    """Peak DRAM bandwidth of one CUDA device through NVML (``pynvml`` from nvidia-ml-py).
+
+    The device is found by what identifies it physically, never by an index (NVML ignores
+    CUDA_VISIBLE_DEVICES, the CUDA runtime does not): its UUID as the CUDA runtime reports it
+    (``torch.cuda.get_device_properties(i).uuid``), checked against its PCI address when both are
+    known, else its PCI address (domain, bus, device) alone. A MIG instance is measured by its
+    parent GPU (the whole part's peak bounds any slice of it). Anything missing or inconsistent
+    gives ``bytes_per_s=None`` with the reason in ``note``: this never guesses.
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return DramPeak(None, note="NVML unavailable: pynvml (nvidia-ml-py) is not installed")
+    if not uuid and pci is None:
+        return DramPeak(None, note="NVML not consulted: the CUDA runtime gave neither a UUID nor a PCI address")
+    try:
+        nvml.nvmlInit()
+    except Exception as err:  # noqa: BLE001 - NVMLError and friends: no NVML here
+        return DramPeak(None, note=f"NVML unavailable: nvmlInit failed: {err}")
+    try:
+        return _dram_peak(nvml, uuid, pci)
+    except Exception as err:  # noqa: BLE001
+        return DramPeak(None, note=f"NVML query failed: {type(err).__name__}: {err}")
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _pci_string(pci: tuple[int, int, int]) -> str:
+    domain, bus, device = pci
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
+def _by_string(fn: Any, text: str) -> Any:
+    """Call an NVML lookup with a str (current nvidia-ml-py) or bytes (older releases)."""
+    try:
+        return fn(text)
+    except (TypeError, ctypes.ArgumentError):
+        return fn(text.encode())
+
+
+def _dram_peak(nv: Any, uuid: str | None, pci: tuple[int, int, int] | None) -> DramPeak:
+    handle = None
+    how = ""
+    if uuid:
+        ident = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+        try:
+            handle = _by_string(nv.nvmlDeviceGetHandleByUUID, ident)
+            how = f"matched by UUID {ident}"
+        except Exception as err:  # noqa: BLE001 - e.g. a MIG instance's UUID; the PCI address decides
+            if pci is None:
+                return DramPeak(None, note=f"NVML has no device with UUID {ident}: {err}")
+            how = f"UUID {ident} unknown to NVML ({err}); "
+    if handle is not None and hasattr(nv, "nvmlDeviceIsMigDeviceHandle"):
+        try:
+            is_mig = bool(nv.nvmlDeviceIsMigDeviceHandle(handle))
+        except Exception:  # noqa: BLE001 - drivers without MIG: not a MIG handle
+            is_mig = False
+        if is_mig:  # the whole part's peak bounds any slice of it
+            handle = nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            how += " (a MIG instance: its parent GPU's peak)"
+    if pci is not None:
+        if handle is None:
+            get = getattr(nv, "nvmlDeviceGetHandleByPciBusId_v2", None) or nv.nvmlDeviceGetHandleByPciBusId
+            handle = _by_string(get, _pci_string(pci))
+            how += f"matched by PCI address {_pci_string(pci)}"
+        else:
+            info = nv.nvmlDeviceGetPciInfo(handle)
+            got = (int(info.domain), int(info.bus), int(info.device))
+            if got != tuple(pci):
+                return DramPeak(None, note=f"NVML's device with UUID {uuid} is at PCI {_pci_string(got)}, "
+                                f"the CUDA runtime's at {_pci_string(pci)}: ambiguous, not used")
+            how += f", PCI {_pci_string(pci)} agrees"
+    clock = int(nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_MEM))
+    width = int(nv.nvmlDeviceGetMemoryBusWidth(handle))
+    if clock <= 0 or width <= 0:
+        return DramPeak(None, clock, width, note=f"NVML reported a max memory clock of {clock} MHz and a bus "
+                        f"width of {width} bits: not usable")
+    return DramPeak(peak_dram_bytes_s(clock, width), clock, width, note=how)

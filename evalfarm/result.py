@@ -49,6 +49,11 @@ class Evidence:
     # What the candidate's process was isolated with, as its worker reported it, e.g.
     # ["network namespace", "no process limit: RLIMIT_NPROC not effective: running as root"].
     isolation: list[str] = dataclasses.field(default_factory=list)
+    # The physical-floor gate (GPU only, evalfarm.judge.judge.physical_floor): {"applied",
+    # "violated", "output_bytes", "l2_bytes", "peak_dram_bytes_s", "floor_us", "cand_time_us_median",
+    # "ref_time_us_median", "note", and NVML's "mem_clock_max_mhz", "memory_bus_width_bits", "nvml"
+    # where it was read}. Empty on CPU. Older readers drop it (ScoreResult.from_dict).
+    physical_floor: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -34,6 +34,28 @@ def test_inline_cuda_candidate_builds_for_the_device_arch_and_scores(relu_task, 
     assert r.evidence.inputs_on_device
     assert 0.3 < r.speedup < 1.6  # a plain one-element-per-thread kernel: near torch's, not far off
     assert r.evidence.device_name.startswith("NVIDIA")
+    # 128 MiB of output: the physical-floor gate ran, from NVML's peak, and honest work is above it.
+    floor = r.evidence.physical_floor
+    assert floor and not floor["violated"], floor
+    if floor["output_bytes"] > 2 * floor["l2_bytes"]:
+        assert floor["applied"], floor
+        assert 0 < floor["floor_us"] < r.evidence.timing.cand_time_us_median, floor
+
+
+def test_peak_dram_bandwidth_from_nvml_matches_the_device():
+    import torch
+
+    from evalfarm.devices import dram_peak
+    from evalfarm.judge.judge import _cuda_identity
+
+    props = torch.cuda.get_device_properties(0)
+    peak = dram_peak(*_cuda_identity(props))
+    assert peak.bytes_per_s is not None, peak.note
+    assert 5e11 < peak.bytes_per_s < 2e13, peak
+    if "H200" in props.name:
+        assert peak.bytes_per_s == pytest.approx(4.8e12, rel=0.1), peak
+    elif "H100" in props.name and "SXM" in props.name:
+        assert peak.bytes_per_s == pytest.approx(3.35e12, rel=0.1), peak
 
 
 def test_illegal_memory_access_is_cuda_fault_and_the_next_candidate_is_fine(relu_task, data_dir, build_pool):

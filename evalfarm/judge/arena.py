@@ -59,8 +59,9 @@ def aligned(n: int) -> int:
 class Arena:
     """A byte buffer carved into slots by a bump allocator that the judge resets per batch."""
 
-    def __init__(self, buffer: torch.Tensor, path: str | None = None) -> None:
+    def __init__(self, buffer: torch.Tensor, path: str | None = None, pool: Any = None) -> None:
         self.buffer = buffer
+        self._pool = pool  # the private CUDA memory pool that owns the buffer, kept alive with it
         self.path = path
         self.capacity = buffer.numel()
         self._top = 0
@@ -74,7 +75,7 @@ class Arena:
                 f.truncate(nbytes)
             buf = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
             return cls(buf, path)
-        return cls(torch.empty(nbytes, dtype=torch.uint8, device=device))
+        return cls(*_private_cuda_buffer(nbytes, device))
 
     def handle(self) -> dict[str, Any]:
         """What the worker needs to map this arena (pickled; trusted direction)."""
@@ -115,6 +116,26 @@ class Arena:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+
+
+def _private_cuda_buffer(nbytes: int, device: str) -> tuple[torch.Tensor, None, Any]:
+    """A device buffer alone in its allocation.
+
+    The worker maps an arena through CUDA IPC, which opens the whole cudaMalloc segment the
+    buffer lives in, not just the buffer. Allocated from torch's caching allocator, the arena
+    could share a segment with the judge's own tensors (its reference outputs among them) and
+    native code in the worker could read those. A private memory pool gives the arena
+    segments that nothing else is ever allocated from.
+    """
+    mem_pool = getattr(torch.cuda, "MemPool", None)
+    use_pool = getattr(torch.cuda, "use_mem_pool", None)
+    if mem_pool is None or use_pool is None:
+        raise RuntimeError(f"torch {torch.__version__} has no torch.cuda.MemPool: cannot give the "
+                           "arena a segment of its own (torch >= 2.6 is needed on GPU hosts)")
+    pool = mem_pool()
+    with use_pool(pool, device=device):
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return buf, None, pool
 
 
 def shm_dir(fallback: str) -> str:

@@ -28,6 +28,7 @@ import torch
 from evalfarm import sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
+from evalfarm.devices import DramPeak, dram_peak
 from evalfarm.judge import wire
 from evalfarm.judge.arena import Arena, aligned, shm_dir
 from evalfarm.judge.inputs import InputSource
@@ -164,6 +165,82 @@ def _check_ref_output(out: Any) -> None:
             raise Verdicted(Verdict.INFRA_ERROR, f"the task's Model returned {type(o).__name__}, not tensors")
 
 
+@dataclasses.dataclass(frozen=True)
+class FloorCheck:
+    """The physical-floor gate's arithmetic and what it concluded (``physical_floor``)."""
+
+    applied: bool  # False: the gate could not say anything sound here (see note)
+    violated: bool
+    output_bytes: int
+    l2_bytes: int | None
+    peak_dram_bytes_s: float | None
+    floor_us: float | None
+    cand_time_us_median: float
+    ref_time_us_median: float
+    note: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The verdict's detail when violated."""
+        if not self.violated or self.floor_us is None or self.peak_dram_bytes_s is None or self.l2_bytes is None:
+            return ""
+        return (f"guard physical_floor: the candidate's median call took {self.cand_time_us_median:.2f} us, less "
+                f"than the {self.floor_us:.2f} us it takes to write its {self.output_bytes / 1e6:.1f} MB of "
+                f"outputs at the device's peak DRAM bandwidth ({self.peak_dram_bytes_s / 1e12:.2f} TB/s; at most "
+                f"the {self.l2_bytes / 1e6:.1f} MB L2 can hold the rest): the timing does not cover the work")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def physical_floor(output_bytes: int, l2_bytes: int | None, peak_dram_bytes_s: float | None,
+                   cand_us: float, ref_us: float, peak_note: str = "") -> FloorCheck:
+    """Is the candidate's median call shorter than writing its outputs can physically take?
+
+    A correct call leaves every output byte written; at the end of the call at most the L2's
+    worth of them can still sit in the (write-back) cache, so at least ``output_bytes - l2_bytes``
+    went to DRAM, which takes at least that over the peak DRAM bandwidth. The bound is from the
+    device's specification (NVML), never from a measurement, so load on the host or the device
+    can only make honest calls slower, never the floor higher. It applies only when the outputs
+    exceed twice the L2 (smaller outputs can live in cache) and when the reference's own median
+    call is not below it (a reference that beats the floor returns views, or the bandwidth
+    reading is wrong: either way the bound says nothing here). Equal to the floor is fine.
+    """
+    def skip(note: str, floor_us: float | None = None) -> FloorCheck:
+        return FloorCheck(False, False, output_bytes, l2_bytes, peak_dram_bytes_s, floor_us, cand_us, ref_us, note)
+
+    if l2_bytes is None or l2_bytes <= 0:
+        return skip("not applied: L2 size unknown")
+    if output_bytes <= 2 * l2_bytes:
+        return skip(f"not applied: the outputs ({output_bytes} bytes) fit in twice the L2 ({l2_bytes} bytes)")
+    if peak_dram_bytes_s is None or not peak_dram_bytes_s > 0 or not math.isfinite(peak_dram_bytes_s):
+        return skip(f"not applied: peak DRAM bandwidth unknown ({peak_note or 'no NVML reading'})")
+    floor_us = (output_bytes - l2_bytes) / peak_dram_bytes_s * 1e6
+    if not ref_us >= floor_us:
+        return skip(f"not applied: the reference's own median call ({ref_us:.2f} us) is below the floor "
+                    f"({floor_us:.2f} us), so its outputs are not all written in the call", floor_us)
+    violated = cand_us < floor_us
+    return FloorCheck(True, violated, output_bytes, l2_bytes, peak_dram_bytes_s, floor_us, cand_us, ref_us,
+                      peak_note)
+
+
+def _cuda_identity(props: Any) -> tuple[str | None, tuple[int, int, int] | None]:
+    """(UUID, (PCI domain, bus, device)) of a CUDA device as the runtime reports it; None where unknown."""
+    uuid = None
+    raw = getattr(props, "uuid", None)
+    if raw is not None:
+        text = str(raw)
+        bare = text[4:] if text.startswith(("GPU-", "MIG-")) else text
+        if len(bare) == 36 and all(c in "0123456789abcdefABCDEF-" for c in bare):
+            uuid = text
+    pci = None
+    try:
+        pci = (int(props.pci_domain_id), int(props.pci_bus_id), int(props.pci_device_id))
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return uuid, pci
+
+
 class Judge:
     def __init__(self, request: dict[str, Any], report_pgid: Any) -> None:
         self.config = ScoreConfig.from_dict(request["config"])
@@ -245,8 +322,15 @@ class Judge:
         self.out_arena = Arena.allocate(out_bytes * self.rounds_per_batch, str(self.device), shm_dir(tmp))
         arenas.append(self.out_arena)
         flush_bytes = 0
+        self.floor_output_bytes = sum(math.prod(s) * d.itemsize for s, d in self.out_struct)
+        self.l2_bytes: int | None = None
+        self.dram: DramPeak | None = None
         if self.device.type == "cuda":
-            flush_bytes = 2 * int(getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 50 << 20))
+            props = torch.cuda.get_device_properties(self.device)
+            flush_bytes = 2 * int(getattr(props, "L2_cache_size", 50 << 20))
+            self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
+            if self.l2_bytes is not None and self.floor_output_bytes > 2 * self.l2_bytes:
+                self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the worker's start-up
         self.evidence.inputs_on_device = self.source.on_device
         self.phases["judge_setup"] = time.monotonic() - t0
 
@@ -447,9 +531,21 @@ class Judge:
                         "device-synchronised clock than by CUDA events on the current stream (work on other "
                         "streams or the host); the score uses the synchronised clock")
         self.evidence.timing = timing
+        if self.device.type == "cuda":
+            self._physical_floor_gate(timing)
         if not stable:
             self.evidence.guards.append("timing_unstable: bucket spread stayed above the limit")
         return self._result(Verdict.OK, conservative_round(stats.score), "")
+
+    def _physical_floor_gate(self, timing: TimingEvidence) -> None:
+        """HACK_DETECTED when the median candidate call beats writing its outputs (GPU only)."""
+        dram = self.dram
+        check = physical_floor(self.floor_output_bytes, self.l2_bytes, dram.bytes_per_s if dram else None,
+                               timing.cand_time_us_median, timing.ref_time_us_median, dram.note if dram else "")
+        self.evidence.physical_floor = {**check.to_dict(), **(dram.to_dict() if dram else {})}
+        if check.violated:
+            self.evidence.guards.append(check.reason[len("guard "):])
+            raise Verdicted(Verdict.HACK_DETECTED, check.reason)
 
     def _audit(self, plan: RoundPlan, in_correctness: bool) -> Comparison:
         """Check one round's candidate output and inputs; raise Verdicted, or return the comparison."""

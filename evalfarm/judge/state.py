@@ -5,13 +5,114 @@ full-precision float32 matmuls and convolutions (no TF32), no cuDNN autotuning, 
 thread count. The worker snapshots that state and the identity of torch's public callables
 after loading the candidate's module, and checks them before every reference call, so a
 candidate cannot slow the reference (or speed itself up) by changing globals.
+
+On CUDA the state includes the context's persisting-L2 set-aside
+(``CU_LIMIT_PERSISTING_L2_CACHE_SIZE``, read through the driver API): with a set-aside and an
+access-policy window a candidate's data survives the L2 flush between timed calls. Its clean
+value is the one set before any candidate code ran, so setting it while the candidate's module
+loads counts as a change too. ``reset_persisting_l2`` demotes persisting lines to normal ones.
+Without CUDA in use (CPU evaluations) or without ``libcuda.so.1`` none of this does anything.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from typing import Any
 
 import torch
+
+# cuda.h: typedef enum CUlimit_enum { CU_LIMIT_STACK_SIZE = 0x00, ..., CU_LIMIT_MAX_L2_FETCH_GRANULARITY
+# = 0x05, CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06, ... } (the runtime's cudaLimitPersistingL2CacheSize
+# has the same value).
+CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+CUDA_SUCCESS = 0
+PERSISTING_L2_KEY = "cuda.persisting_l2_limit"
+
+# The CUDA state set_clean_state left, before any candidate code ran ({} without CUDA).
+_CLEAN_CUDA: dict[str, int] = {}
+
+
+@functools.cache
+def _libcuda() -> Any:
+    """The CUDA driver library (already loaded by torch on a GPU), or None."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    for name, argtypes in (("cuCtxGetLimit", [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]),
+                           ("cuCtxSetLimit", [ctypes.c_int, ctypes.c_size_t]),
+                           ("cuCtxResetPersistingL2Cache", [])):
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:  # a driver older than CUDA 11: no such call
+            continue
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    return lib
+
+
+def _driver_fn(name: str) -> Any:
+    if not torch.cuda.is_initialized():  # CPU evaluations: never touch the driver
+        return None
+    lib = _libcuda()
+    return getattr(lib, name, None) if lib is not None else None
+
+
+def persisting_l2_limit() -> int | None:
+    """The current CUDA context's persisting-L2 set-aside in bytes; None without CUDA in use,
+    without libcuda, or without a current context."""
+    fn = _driver_fn("cuCtxGetLimit")
+    if fn is None:
+        return None
+    value = ctypes.c_size_t(0)
+    try:
+        rc = fn(ctypes.pointer(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
+    except (OSError, ctypes.ArgumentError):
+        return None
+    return int(value.value) if rc == CUDA_SUCCESS else None
+
+
+def _set_persisting_l2_limit(nbytes: int) -> bool:
+    fn = _driver_fn("cuCtxSetLimit")
+    if fn is None:
+        return False
+    try:
+        return fn(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, nbytes) == CUDA_SUCCESS
+    except (OSError, ctypes.ArgumentError):
+        return False
+
+
+def reset_persisting_l2() -> bool:
+    """Demote every persisting L2 line of the current context to normal
+    (``cuCtxResetPersistingL2Cache``), so nothing a candidate pinned survives the next flush.
+    True when the driver did it; False (and nothing done) without CUDA in use or libcuda."""
+    fn = _driver_fn("cuCtxResetPersistingL2Cache")
+    if fn is None:
+        return False
+    try:
+        return fn() == CUDA_SUCCESS
+    except OSError:
+        return False
+
+
+def cuda_state() -> dict[str, int]:
+    """The CUDA context state the guard watches; {} where it cannot be read (CPU, no libcuda)."""
+    limit = persisting_l2_limit()
+    return {} if limit is None else {PERSISTING_L2_KEY: limit}
+
+
+def _set_clean_cuda_state() -> None:
+    global _CLEAN_CUDA
+    _CLEAN_CUDA = {}
+    if not torch.cuda.is_initialized():
+        return
+    try:
+        torch.cuda.synchronize()  # makes the device's primary context current on this thread
+    except Exception:  # noqa: BLE001 - no usable device: nothing to record
+        return
+    if persisting_l2_limit():  # a leftover set-aside: back to the documented default, none
+        _set_persisting_l2_limit(0)
+    _CLEAN_CUDA = cuda_state()
 
 
 def set_clean_state(num_threads: int) -> None:
@@ -24,6 +125,7 @@ def set_clean_state(num_threads: int) -> None:
     torch.set_num_threads(num_threads)
     torch.set_default_dtype(torch.float32)
     torch.use_deterministic_algorithms(False)
+    _set_clean_cuda_state()
 
 
 def flags() -> dict[str, Any]:
@@ -54,11 +156,18 @@ class StateSnapshot:
         self.bindings = {
             (ns, k): id(v) for ns, d in _namespaces() for k, v in list(d.items()) if callable(v)
         }
+        # The clean values win over what is read now: a set-aside made while the candidate's
+        # module loaded is a change as well.
+        self.cuda = {**cuda_state(), **_CLEAN_CUDA}
 
     def changes(self) -> list[str]:
         """What differs from the snapshot (empty when nothing does)."""
         now_flags = flags()
         out = [f"{k}: {v!r} -> {now_flags[k]!r}" for k, v in self.flags.items() if now_flags[k] != v]
+        if self.cuda:
+            now_cuda = cuda_state()
+            out += [f"{k}: {v!r} -> {now_cuda[k]!r}" if k in now_cuda else f"{k}: {v!r} -> unreadable"
+                    for k, v in self.cuda.items() if now_cuda.get(k) != v]
         spaces = dict(_namespaces())
         for (ns, k), old in self.bindings.items():
             v = spaces[ns].get(k, _MISSING)

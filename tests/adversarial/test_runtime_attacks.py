@@ -87,6 +87,55 @@ def test_constant_output_on_tiny_task_is_incorrect_even_under_kernelbench(build_
     assert "output is constant (all 0.0) while the reference varies" in r.detail
 
 
+def _stale_memory_attack(build_pool, tmp_path: Path) -> tuple[ScoreResult, int, int]:
+    """Score ``stale_matmul.py`` on ``task_matmul_relu.py``; also (calls that reused stale x @ w, calls)."""
+    task = as_task(str(RUNTIME / "task_matmul_relu.py"))
+    count = tmp_path / "reused"
+    source = (RUNTIME / "stale_matmul.py").read_text().replace('COUNT_PATH = ""', f"COUNT_PATH = {str(count)!r}")
+    r = _score(task, source, build_pool, reverify_above=0)
+    reused, calls = (int(v) for v in count.read_text().split())
+    return r, reused, calls
+
+
+def test_stale_reference_temporary_is_poisoned_before_the_candidate_call(build_pool, tmp_path, monkeypatch):
+    # In a round where the reference runs first, its freed x @ w temporary is the block a fresh
+    # torch.empty of the output's size gets; free memory is poisoned before every call, so the
+    # candidate never finds a finished product there and has to do the matmul itself. (On CPU
+    # the poisoning is the operator's choice, off by default; on CUDA it is on by default.)
+    monkeypatch.setenv("EVALFARM_WORKER_POISON", "1")
+    r, reused, calls = _stale_memory_attack(build_pool, tmp_path)
+    assert "free memory poisoned before every call (glibc main heap)" in r.evidence.isolation, \
+        r.evidence.isolation
+    assert calls >= QUICK.num_correctness_inputs
+    assert reused == 0, f"the candidate found a finished x @ w in fresh memory in {reused} of {calls} calls"
+    assert r.verdict is Verdict.OK, r.detail  # its honest fallback is correct
+    assert r.speedup is not None and r.speedup < 1.5, r.evidence.timing  # the matmul plus its probes
+
+
+def test_stale_memory_attack_succeeds_without_poisoning(build_pool, tmp_path, monkeypatch):
+    # The control for the test above: without poisoning the same candidate does reuse the
+    # reference's temporary (in 44 to 128 of 384 calls when measured), and every audit still
+    # passes. So the zero above is the defence's doing, not an attack that never fires.
+    monkeypatch.setenv("EVALFARM_WORKER_POISON", "0")
+    r, reused, calls = _stale_memory_attack(build_pool, tmp_path)
+    assert "free memory not poisoned: EVALFARM_WORKER_POISON=0" in r.evidence.isolation
+    assert reused > 0, f"the attack never fired in {calls} calls: the test above proves nothing here"
+    assert r.verdict is Verdict.OK, r.detail
+
+
+def test_free_blocks_reads_both_snapshot_formats():
+    from evalfarm.judge.worker import free_blocks
+
+    blocks = [{"address": 4096, "size": 512, "state": "active_allocated"},
+              {"address": 4608, "size": 256, "state": "inactive"},
+              {"address": 4864, "size": 512, "state": "active_pending_free"},
+              {"address": 5376, "size": 1024, "state": "inactive"}]
+    with_addresses = [{"address": 4096, "blocks": blocks}, {"address": 1 << 20, "blocks": []}]
+    # torch < 2.1: blocks carry no address; it follows from the segment's and the sizes before
+    without = [{"address": 4096, "blocks": [{k: v for k, v in b.items() if k != "address"} for b in blocks]}]
+    assert free_blocks(with_addresses) == free_blocks(without) == [(4608, 256), (5376, 1024)]
+
+
 def test_memory_hog_fails_without_hanging(task, build_pool):
     t0 = time.monotonic()
     r = _score(task, RUNTIME / "memory_hog.py", build_pool, memory_limit_bytes=4 << 30)

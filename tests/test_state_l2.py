@@ -1,0 +1,149 @@
+"""The persisting-L2 part of the global-state guard, on CPU: the driver calls are faked."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+from evalfarm.judge import state
+
+
+class FakeDriver:
+    """Stands in for libcuda.so.1: a persisting-L2 limit and a reset counter."""
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit
+        self.resets = 0
+        self.readable = True
+
+    def cuCtxGetLimit(self, pvalue, which):  # noqa: N802 - the driver's name
+        assert which == state.CU_LIMIT_PERSISTING_L2_CACHE_SIZE == 6
+        if not self.readable:
+            return 201  # CUDA_ERROR_INVALID_CONTEXT
+        pvalue.contents.value = self.limit
+        return 0
+
+    def cuCtxSetLimit(self, which, value):  # noqa: N802
+        assert which == 6
+        self.limit = value
+        return 0
+
+    def cuCtxResetPersistingL2Cache(self):  # noqa: N802
+        self.resets += 1
+        return 0
+
+
+@pytest.fixture
+def driver(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
+    fake = FakeDriver()
+    monkeypatch.setattr(state, "_libcuda", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(state, "_CLEAN_CUDA", {})
+    return fake
+
+
+def test_without_cuda_in_use_nothing_is_read_or_done():
+    assert not torch.cuda.is_initialized()
+    assert state.persisting_l2_limit() is None
+    assert state.reset_persisting_l2() is False
+    assert state.cuda_state() == {}
+    snap = state.StateSnapshot()
+    assert snap.cuda == {} and snap.changes() == []
+
+
+def test_missing_libcuda_is_handled(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    state._libcuda.cache_clear()
+
+    def no_lib(*args, **kwargs):
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_lib)
+    try:
+        assert state.persisting_l2_limit() is None
+        assert state.reset_persisting_l2() is False
+        assert state.StateSnapshot().changes() == []
+    finally:
+        state._libcuda.cache_clear()
+
+
+def test_a_limit_set_after_the_snapshot_is_a_change(driver):
+    state.set_clean_state(torch.get_num_threads())
+    snap = state.StateSnapshot()
+    assert snap.cuda == {"cuda.persisting_l2_limit": 0} and snap.changes() == []
+    driver.limit = 4 << 20
+    assert snap.changes() == ["cuda.persisting_l2_limit: 0 -> 4194304"]
+    driver.limit = 0
+    assert snap.changes() == []
+
+
+def test_a_limit_set_while_the_candidate_loads_is_a_change_too(driver):
+    state.set_clean_state(torch.get_num_threads())  # before any candidate code: 0
+    driver.limit = 8 << 20  # the candidate's __init__
+    snap = state.StateSnapshot()  # taken after loading
+    assert snap.changes() == ["cuda.persisting_l2_limit: 0 -> 8388608"]
+
+
+def test_set_clean_state_clears_a_leftover_limit(driver):
+    driver.limit = 1 << 20
+    state.set_clean_state(torch.get_num_threads())
+    assert driver.limit == 0 and state._CLEAN_CUDA == {"cuda.persisting_l2_limit": 0}
+
+
+def test_an_unreadable_limit_after_a_readable_one_is_a_change(driver):
+    state.set_clean_state(torch.get_num_threads())
+    snap = state.StateSnapshot()
+    driver.readable = False
+    assert snap.changes() == ["cuda.persisting_l2_limit: 0 -> unreadable"]
+
+
+def test_reset_persisting_l2_calls_the_driver(driver):
+    assert state.reset_persisting_l2() is True and driver.resets == 1
+
+
+FAKE_LIBCUDA = r"""
+#include <stddef.h>
+static size_t limits[16];
+static int resets;
+int cuCtxGetLimit(size_t* pvalue, int limit) { if (limit < 0 || limit > 15) return 1; *pvalue = limits[limit]; return 0; }
+int cuCtxSetLimit(int limit, size_t value) { if (limit < 0 || limit > 15) return 1; limits[limit] = value; return 0; }
+int cuCtxResetPersistingL2Cache(void) { resets++; return 0; }
+int fake_resets(void) { return resets; }
+"""
+
+
+def test_the_ctypes_signatures_against_a_compiled_stand_in(tmp_path, monkeypatch):
+    """The real ctypes path (argument types, pointer passing, return codes) on a C stand-in."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "fake_libcuda.c"
+    src.write_text(FAKE_LIBCUDA)
+    so = tmp_path / "libcuda_fake.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    real_cdll = ctypes.CDLL
+    monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: real_cdll(str(so) if name == "libcuda.so.1" else name,
+                                                                        *a, **k))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(state, "_CLEAN_CUDA", {})
+    state._libcuda.cache_clear()
+    try:
+        lib = state._libcuda()
+        assert state.persisting_l2_limit() == 0
+        lib.cuCtxSetLimit(6, 3 << 20)  # what a candidate would do
+        assert state.persisting_l2_limit() == 3 << 20
+        state.set_clean_state(torch.get_num_threads())  # clears it
+        assert state.persisting_l2_limit() == 0
+        snap = state.StateSnapshot()
+        lib.cuCtxSetLimit(6, 1 << 20)
+        assert snap.changes() == ["cuda.persisting_l2_limit: 0 -> 1048576"]
+        assert state.reset_persisting_l2() is True and lib.fake_resets() == 1
+    finally:
+        state._libcuda.cache_clear()
