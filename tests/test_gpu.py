@@ -100,7 +100,9 @@ def test_thousand_input_correctness_is_quick_on_a_level1_task(build_pool):
     r = score(task, fast.load(), ScoreConfig(device="cuda"), build_pool=build_pool)
     assert r.verdict is Verdict.OK, r.detail
     assert r.evidence.correctness_inputs == 1000
-    assert r.evidence.phases_s["correctness"] < 5.0, r.evidence.phases_s
+    # H200, 2026-11-21: 4.95-5.10 s without free-memory poisoning, 5.52-5.64 s with it (two
+    # calls per input, each preceded by an allocator snapshot and fills; docs/security.md).
+    assert r.evidence.phases_s["correctness"] < 8.0, r.evidence.phases_s
 
 
 def test_builtin_cuda_variants_pass_static_and_symbol_guards():
