@@ -189,3 +189,18 @@ def test_alias_problem_allows_what_the_reference_does_too():
     assert worker.alias_problem([fresh], [x_cand], prev, [ref_out], [x_ref], ref_prev) == ""
     # empty outputs own no memory
     assert worker.alias_problem([torch.empty(0)], [x_cand], [0], [torch.ones(1)], [x_ref], []) == ""
+
+
+def test_shrinking_hyperparameters_and_weights_in_init_is_incorrect(task, build_pool):
+    # The candidate is built with the reference's init inputs and weight seed; changing either
+    # changes the function, which the correctness inputs see.
+    r = _score(task, RUNTIME / "shrunk_hyperparameter.py", build_pool)
+    assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
+    assert r.speedup is None and "correctness input 1 " in r.detail
+
+
+def test_filling_the_disk_past_the_file_size_limit_fails(task, build_pool):
+    r = _score(task, RUNTIME / "disk_filler.py", build_pool, file_size_limit_bytes=16 << 20)
+    assert r.verdict is Verdict.RUNTIME_ERROR, (r.verdict, r.detail)
+    assert r.speedup is None
+    assert "File too large" in r.detail or "SIGXFSZ" in r.detail, r.detail
