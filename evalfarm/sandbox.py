@@ -24,7 +24,7 @@ from pathlib import Path
 
 # Variables a candidate process keeps; everything else (tokens, credentials) is dropped.
 # EVALFARM_WORKER_POISON is the operator's switch for the worker's free-memory poisoning
-# (evalfarm/judge/worker.py: "1" everywhere, "0" nowhere, unset = CUDA only; recorded in the evidence).
+# (evalfarm/judge/poison.py: "1" everywhere, "0" nowhere, unset = CUDA only; recorded in the evidence).
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "CXX", "CC", "LD_LIBRARY_PATH",
              "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "EVALFARM_WORKER_POISON")
 

@@ -327,8 +327,8 @@ class Judge:
         self.dram: DramPeak | None = None
         if self.device.type == "cuda":
             props = torch.cuda.get_device_properties(self.device)
-            flush_bytes = 2 * int(getattr(props, "L2_cache_size", 50 << 20))
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
+            flush_bytes = 2 * (self.l2_bytes or 50 << 20)
             if self.l2_bytes is not None and self.floor_output_bytes > 2 * self.l2_bytes:
                 self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the worker's start-up
         self.evidence.inputs_on_device = self.source.on_device
