@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 
 import pytest
+from attack_scoring import score_attack
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.result import ScoreResult
-from evalfarm.scoring import as_candidate, as_task, score
+from evalfarm.scoring import as_task
 
 pytestmark = pytest.mark.gpu
 
@@ -34,12 +35,6 @@ QUICK = ScoreConfig(device="cuda", num_correctness_inputs=20, timing_budget_s=1.
                     reverify_above=0.0)
 
 
-@pytest.fixture(autouse=True)
-def no_static_guards(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Exercise the runtime guards alone: the static check finds nothing."""
-    monkeypatch.setattr("evalfarm.scoring.check_candidate_source", lambda *args, **kwargs: [])
-
-
 @pytest.fixture(scope="module")
 def relu_task(data_dir):
     # relu over 32M floats: 128 MiB in, 128 MiB out, so two rounds share one 1 GiB arena batch.
@@ -47,9 +42,7 @@ def relu_task(data_dir):
 
 
 def _score(task, source: str | Path, build_pool, **changes) -> ScoreResult:
-    cfg = QUICK.replace(**changes) if changes else QUICK
-    candidate = as_candidate(str(source)) if isinstance(source, Path) else as_candidate(source)
-    return score(task, candidate, cfg, build_pool=build_pool)
+    return score_attack(task, source, build_pool, QUICK, **changes)
 
 
 def test_cuda_graph_replaying_the_first_input_is_not_ok(relu_task, build_pool):

@@ -7,38 +7,20 @@ static layer is switched off so the runtime guard is tested alone.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from attack_scoring import stale_memory_attack
 
 from evalfarm import ScoreConfig, Verdict
-from evalfarm.result import ScoreResult
-from evalfarm.scoring import as_candidate, as_task, score
 
 pytestmark = pytest.mark.gpu
 
-RUNTIME = Path(__file__).parent / "runtime"
 CFG = ScoreConfig(device="cuda", num_correctness_inputs=40, timing_budget_s=2.0, min_timed_rounds=35,
                   reverify_above=0)
 
 
-@pytest.fixture(autouse=True)
-def no_static_guards(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("evalfarm.scoring.check_candidate_source", lambda *args, **kwargs: [])
-
-
-def _stale_memory_attack(build_pool, tmp_path: Path) -> tuple[ScoreResult, int, int]:
-    task = as_task(str(RUNTIME / "task_matmul_relu.py"))  # default profile: 2048^3, a 16 MiB temporary
-    count = tmp_path / "reused"
-    source = (RUNTIME / "stale_matmul.py").read_text().replace('COUNT_PATH = ""', f"COUNT_PATH = {str(count)!r}")
-    r = score(task, as_candidate(source), CFG, build_pool=build_pool)
-    reused, calls = (int(v) for v in count.read_text().split())
-    return r, reused, calls
-
-
 def test_stale_reference_temporary_is_poisoned_on_cuda(build_pool, tmp_path, monkeypatch):
     monkeypatch.delenv("EVALFARM_WORKER_POISON", raising=False)  # the default: on for CUDA
-    r, reused, calls = _stale_memory_attack(build_pool, tmp_path)
+    r, reused, calls = stale_memory_attack(build_pool, tmp_path, CFG)
     assert "free memory poisoned before every call (cuda caching allocator)" in r.evidence.isolation, \
         r.evidence.isolation
     assert calls >= CFG.num_correctness_inputs
@@ -51,7 +33,7 @@ def test_stale_memory_attack_succeeds_on_cuda_without_poisoning(build_pool, tmp_
     # The control: without poisoning the caching allocator does hand the reference's temporary
     # to the candidate, and every audit passes.
     monkeypatch.setenv("EVALFARM_WORKER_POISON", "0")
-    r, reused, calls = _stale_memory_attack(build_pool, tmp_path)
+    r, reused, calls = stale_memory_attack(build_pool, tmp_path, CFG)
     assert "free memory not poisoned: EVALFARM_WORKER_POISON=0" in r.evidence.isolation
     assert reused > 0, f"the attack never fired in {calls} calls: the test above proves nothing here"
     assert r.verdict is Verdict.OK, r.detail

@@ -13,19 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from attack_scoring import RUNTIME, score_attack, stale_memory_attack
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.result import ScoreResult
-from evalfarm.scoring import as_candidate, as_task, score
+from evalfarm.scoring import as_task
 
-RUNTIME = Path(__file__).parent / "runtime"
 QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35)
-
-
-@pytest.fixture(autouse=True)
-def no_static_guards(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Exercise the runtime guards alone: the static check finds nothing."""
-    monkeypatch.setattr("evalfarm.scoring.check_candidate_source", lambda *args, **kwargs: [])
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +28,7 @@ def task(data_dir):
 
 
 def _score(task, source: str | Path, build_pool, **changes) -> ScoreResult:
-    cfg = QUICK.replace(**changes) if changes else QUICK
-    candidate = as_candidate(str(source)) if isinstance(source, Path) else as_candidate(source)
-    return score(task, candidate, cfg, build_pool=build_pool)
+    return score_attack(task, source, build_pool, QUICK, **changes)
 
 
 def test_cache_keyed_by_input_pointer_is_not_ok(task, build_pool):
@@ -87,23 +79,13 @@ def test_constant_output_on_tiny_task_is_incorrect_even_under_kernelbench(build_
     assert "output is constant (all 0.0) while the reference varies" in r.detail
 
 
-def _stale_memory_attack(build_pool, tmp_path: Path) -> tuple[ScoreResult, int, int]:
-    """Score ``stale_matmul.py`` on ``task_matmul_relu.py``; also (calls that reused stale x @ w, calls)."""
-    task = as_task(str(RUNTIME / "task_matmul_relu.py"))
-    count = tmp_path / "reused"
-    source = (RUNTIME / "stale_matmul.py").read_text().replace('COUNT_PATH = ""', f"COUNT_PATH = {str(count)!r}")
-    r = _score(task, source, build_pool, reverify_above=0)
-    reused, calls = (int(v) for v in count.read_text().split())
-    return r, reused, calls
-
-
 def test_stale_reference_temporary_is_poisoned_before_the_candidate_call(build_pool, tmp_path, monkeypatch):
     # In a round where the reference runs first, its freed x @ w temporary is the block a fresh
     # torch.empty of the output's size gets; free memory is poisoned before every call, so the
     # candidate never finds a finished product there and has to do the matmul itself. (On CPU
     # the poisoning is the operator's choice, off by default; on CUDA it is on by default.)
     monkeypatch.setenv("EVALFARM_WORKER_POISON", "1")
-    r, reused, calls = _stale_memory_attack(build_pool, tmp_path)
+    r, reused, calls = stale_memory_attack(build_pool, tmp_path, QUICK)
     assert "free memory poisoned before every call (glibc main heap)" in r.evidence.isolation, \
         r.evidence.isolation
     assert calls >= QUICK.num_correctness_inputs
@@ -117,14 +99,14 @@ def test_stale_memory_attack_succeeds_without_poisoning(build_pool, tmp_path, mo
     # reference's temporary (in 44 to 128 of 384 calls when measured), and every audit still
     # passes. So the zero above is the defence's doing, not an attack that never fires.
     monkeypatch.setenv("EVALFARM_WORKER_POISON", "0")
-    r, reused, calls = _stale_memory_attack(build_pool, tmp_path)
+    r, reused, calls = stale_memory_attack(build_pool, tmp_path, QUICK)
     assert "free memory not poisoned: EVALFARM_WORKER_POISON=0" in r.evidence.isolation
     assert reused > 0, f"the attack never fired in {calls} calls: the test above proves nothing here"
     assert r.verdict is Verdict.OK, r.detail
 
 
 def test_free_blocks_reads_both_snapshot_formats():
-    from evalfarm.judge.worker import free_blocks
+    from evalfarm.judge.poison import free_blocks
 
     blocks = [{"address": 4096, "size": 512, "state": "active_allocated"},
               {"address": 4608, "size": 256, "state": "inactive"},
