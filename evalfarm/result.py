@@ -54,6 +54,13 @@ class Evidence:
     # "ref_time_us_median", "note", and NVML's "mem_clock_max_mhz", "memory_bus_width_bits", "nvml"
     # where it was read}. Empty on CPU. Older readers drop it (ScoreResult.from_dict).
     physical_floor: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Every static finding on the candidate (source, inline C++/CUDA, built symbols), blocking or
+    # not: {"guard", "reason", "line", "blocking", ...}. Static analysis testifies; only findings
+    # with "blocking" decided the verdict (docs/security.md).
+    static_findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # What the judge found about the task itself, e.g. {"degenerate": "<why>"} when the
+    # reference's output does not depend on its inputs (no speedup is paid on such a task).
+    task_flags: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

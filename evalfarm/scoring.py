@@ -77,7 +77,7 @@ class Evaluation:
         self._cancelled = False
         self._lock = threading.Lock()
         self._judge: subprocess.Popen | None = None
-        self._worker_pgid: int | None = None
+        self._worker_pgids: list[int] = []  # the judge's reference and candidate workers
         self._thread = threading.Thread(target=self._run, name="evaluation", daemon=True)
         self._thread.start()
 
@@ -97,9 +97,9 @@ class Evaluation:
             self._kill()
 
     def _kill(self) -> None:
-        if self._worker_pgid is not None:
+        for pgid in self._worker_pgids:
             try:
-                os.killpg(self._worker_pgid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         if self._judge is not None:
@@ -134,12 +134,16 @@ class Evaluation:
         except CandidateSyntaxError as err:
             return ScoreResult.failure(Verdict.COMPILE_ERROR, str(err))
         phases["static_guards"] = time.monotonic() - t0
-        if findings:
-            notes = [f"{f.guard}: {f.reason}" for f in findings]
+        # Static analysis testifies: every finding goes into the evidence; only a blocking one
+        # (unsafe to run, or invisible at run time under the policy) decides the verdict alone.
+        static = [finding_dict(f) for f in findings]
+        blocking = [f for f in findings if getattr(f, "blocking", True)]
+        if blocking:
+            notes = [f"{f.guard}: {f.reason}" for f in blocking]
             return ScoreResult.failure(
-                Verdict.HACK_DETECTED, f"guard {findings[0].guard}: {findings[0].reason}"
-                + (f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""),
-                evidence=Evidence(guards=notes, phases_s=phases))
+                Verdict.HACK_DETECTED, f"guard {blocking[0].guard}: {blocking[0].reason}"
+                + (f" (+{len(blocking) - 1} more)" if len(blocking) > 1 else ""),
+                evidence=Evidence(guards=notes, phases_s=phases, static_findings=static))
         if "ModelNew" not in self.candidate.source:
             return ScoreResult.failure(Verdict.LOAD_ERROR, "the candidate defines no class ModelNew")
         try:
@@ -160,6 +164,7 @@ class Evaluation:
         result = self._judge_run(arch)
         result = self._reverify(result, arch)
         result.evidence.build = {**build_ev, **result.evidence.build}
+        result.evidence.static_findings = static + result.evidence.static_findings
         result.evidence.phases_s = {**phases, **result.evidence.phases_s, "total": time.monotonic() - t0}
         return result
 
@@ -234,7 +239,7 @@ class Evaluation:
                     return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended (code {code})")
                 if msg.get("op") == "worker" and isinstance(msg.get("pgid"), int):
                     with self._lock:
-                        self._worker_pgid = msg["pgid"]
+                        self._worker_pgids.append(msg["pgid"])
                         if self._cancelled:
                             self._kill()
                 elif msg.get("op") == "result":
@@ -242,6 +247,15 @@ class Evaluation:
         finally:
             conn.close()
             sandbox.wipe(tmp)
+
+
+def finding_dict(f: object) -> dict[str, object]:
+    """A static finding as evidence: rule id, line, message and whether it blocked."""
+    to_dict = getattr(f, "to_dict", None)
+    if to_dict is not None:
+        return to_dict()
+    return {"guard": f.guard, "reason": f.reason, "line": getattr(f, "line", None),  # type: ignore[attr-defined]
+            "blocking": getattr(f, "blocking", True)}
 
 
 def _raw_speedup(result: ScoreResult) -> float:

@@ -88,32 +88,13 @@ def test_in_place_input_mutation_is_incorrect(task, data_dir, build_pool):
     assert "modified its input" in r.detail
 
 
-def test_global_state_change_is_hack_detected(task, data_dir, build_pool):
+def test_global_state_in_the_candidates_process_is_its_own_business(task, data_dir, build_pool, monkeypatch):
+    """Flags the candidate sets in its own process do not reach the reference (its own worker):
+    with static analysis off the runtime lets it run, and it scores like the reference."""
+    monkeypatch.setattr("evalfarm.scoring.check_candidate_source", lambda *a, **k: [])
     r = _score(task, data_dir, "cand_global_state.py", build_pool)
-    assert r.verdict is Verdict.HACK_DETECTED
-    assert "global_state" in r.detail and "allow_tf32" in r.detail
-
-
-def test_state_snapshot_sees_flag_changes_and_rebinding():
-    import torch
-
-    from evalfarm.judge.state import StateSnapshot, set_clean_state
-
-    set_clean_state(torch.get_num_threads())
-    snap = StateSnapshot()
-    assert snap.changes() == []
-    original = torch.matmul
-    try:
-        torch.backends.cudnn.allow_tf32 = True
-        torch.matmul = lambda a, b: original(a, b)
-        changes = snap.changes()
-        assert any("cudnn.allow_tf32" in c for c in changes)
-        assert "torch.matmul was rebound" in changes
-    finally:
-        torch.matmul = original
-        set_clean_state(torch.get_num_threads())
-    assert snap.changes() == []
-
+    assert r.verdict is Verdict.OK, r.detail
+    assert 0.7 <= r.speedup <= 1.4
 
 def test_compile_error_keeps_compiler_output(task, data_dir, build_pool):
     r = _score(task, data_dir, "cand_compile_error.py", build_pool)
@@ -268,16 +249,17 @@ def test_killed_judge_gives_one_infra_error_and_leaves_no_worker(task, data_dir,
 
     ev = start(task, as_candidate(str(data_dir / "cand_hang.py")), QUICK.replace(min_call_timeout_s=60.0), build_pool)
     deadline = time.monotonic() + 60
-    while (ev._worker_pgid is None or ev._judge is None) and time.monotonic() < deadline:
+    while (len(ev._worker_pgids) < 2 or ev._judge is None) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert ev._worker_pgid is not None, "the worker never started"
-    worker_pid = ev._worker_pgid
+    assert len(ev._worker_pgids) == 2, "the reference and candidate workers never started"
+    worker_pids = list(ev._worker_pgids)
     os.kill(ev._judge.pid, signal.SIGKILL)
     r = ev.result(timeout=60)
     assert r.verdict is Verdict.INFRA_ERROR and "judge" in r.detail
     time.sleep(1.0)
-    try:
-        with open(f"/proc/{worker_pid}/stat") as f:
-            assert f.read().split()[2] == "Z", "the candidate worker outlived its judge"
-    except FileNotFoundError:
-        pass
+    for pid in worker_pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                assert f.read().split()[2] == "Z", "a worker outlived its judge"
+        except FileNotFoundError:
+            pass

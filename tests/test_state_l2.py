@@ -1,4 +1,4 @@
-"""The persisting-L2 part of the global-state guard, on CPU: the driver calls are faked."""
+"""The persisting-L2 controls (evalfarm.judge.state), on CPU: the driver calls are faked."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
     monkeypatch.setattr(state, "_libcuda", lambda: fake)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(state, "_CLEAN_CUDA", {})
     return fake
 
 
@@ -50,8 +49,6 @@ def test_without_cuda_in_use_nothing_is_read_or_done():
     assert state.persisting_l2_limit() is None
     assert state.reset_persisting_l2() is False
     assert state.cuda_state() == {}
-    snap = state.StateSnapshot()
-    assert snap.cuda == {} and snap.changes() == []
 
 
 def test_missing_libcuda_is_handled(monkeypatch):
@@ -65,39 +62,22 @@ def test_missing_libcuda_is_handled(monkeypatch):
     try:
         assert state.persisting_l2_limit() is None
         assert state.reset_persisting_l2() is False
-        assert state.StateSnapshot().changes() == []
+        assert state.cuda_state() == {}
     finally:
         state._libcuda.cache_clear()
 
 
-def test_a_limit_set_after_the_snapshot_is_a_change(driver):
-    state.set_clean_state(torch.get_num_threads())
-    snap = state.StateSnapshot()
-    assert snap.cuda == {"cuda.persisting_l2_limit": 0} and snap.changes() == []
+def test_cuda_state_reads_the_limit(driver):
     driver.limit = 4 << 20
-    assert snap.changes() == ["cuda.persisting_l2_limit: 0 -> 4194304"]
-    driver.limit = 0
-    assert snap.changes() == []
-
-
-def test_a_limit_set_while_the_candidate_loads_is_a_change_too(driver):
-    state.set_clean_state(torch.get_num_threads())  # before any candidate code: 0
-    driver.limit = 8 << 20  # the candidate's __init__
-    snap = state.StateSnapshot()  # taken after loading
-    assert snap.changes() == ["cuda.persisting_l2_limit: 0 -> 8388608"]
+    assert state.cuda_state() == {"cuda.persisting_l2_limit": 4 << 20}
+    driver.readable = False
+    assert state.cuda_state() == {}
 
 
 def test_set_clean_state_clears_a_leftover_limit(driver):
     driver.limit = 1 << 20
     state.set_clean_state(torch.get_num_threads())
-    assert driver.limit == 0 and state._CLEAN_CUDA == {"cuda.persisting_l2_limit": 0}
-
-
-def test_an_unreadable_limit_after_a_readable_one_is_a_change(driver):
-    state.set_clean_state(torch.get_num_threads())
-    snap = state.StateSnapshot()
-    driver.readable = False
-    assert snap.changes() == ["cuda.persisting_l2_limit: 0 -> unreadable"]
+    assert driver.limit == 0 and state.cuda_state() == {"cuda.persisting_l2_limit": 0}
 
 
 def test_reset_persisting_l2_calls_the_driver(driver):
@@ -132,7 +112,6 @@ def test_the_ctypes_signatures_against_a_compiled_stand_in(tmp_path, monkeypatch
                                                                         *a, **k))
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(state, "_CLEAN_CUDA", {})
     state._libcuda.cache_clear()
     try:
         lib = state._libcuda()
@@ -141,9 +120,6 @@ def test_the_ctypes_signatures_against_a_compiled_stand_in(tmp_path, monkeypatch
         assert state.persisting_l2_limit() == 3 << 20
         state.set_clean_state(torch.get_num_threads())  # clears it
         assert state.persisting_l2_limit() == 0
-        snap = state.StateSnapshot()
-        lib.cuCtxSetLimit(6, 1 << 20)
-        assert snap.changes() == ["cuda.persisting_l2_limit: 0 -> 1048576"]
         assert state.reset_persisting_l2() is True and lib.fake_resets() == 1
     finally:
         state._libcuda.cache_clear()

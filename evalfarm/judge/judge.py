@@ -1,10 +1,20 @@
 """The trusted judge: owns the inputs, the reference outputs and the verdict.
 
 Started per evaluation as ``python -m evalfarm.judge.judge FD`` by ``evalfarm.scoring``.
-It builds the reference from the task, starts a fresh candidate worker, feeds it rounds
-of fresh inputs through shared memory, and checks every correctness round and a random
-sample of timed rounds against its own reference outputs, which the worker never sees.
-The score is computed here from the paired timings the worker reports.
+It starts two fresh workers (``evalfarm.judge.worker``): a *reference* worker that runs the
+task's Model and nothing else, and a *candidate* worker that runs ModelNew. The reference
+is computed and timed in a process where the candidate's code never runs, so nothing the
+candidate sets in its own process (global flags, hooks, patched torch functions, thread
+counts) can change it.
+
+Each round, in random order, the judge asks each worker to prepare a call (poison free
+memory, flush the L2, synchronise), then writes that round's fresh inputs into the worker's
+input slots, then lets the call run: the inputs reach the candidate's memory only right
+before its timed call starts. The candidate's process group is stopped (SIGSTOP) whenever
+its own call is not under way, so it cannot compute ahead, or compete with the reference,
+while the reference runs; on a GPU, the reference worker also waits until no other work is
+running on the device before its call. Every correctness round and a random share of timed
+rounds is checked here against the reference worker's output of the same round.
 """
 
 from __future__ import annotations
@@ -33,8 +43,10 @@ from evalfarm.judge import wire
 from evalfarm.judge.arena import Arena, aligned, shm_dir
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.state import set_clean_state
+from evalfarm.judge.worker import CANDIDATE, REFERENCE, data_span, overlaps, storage_span
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
 from evalfarm.tasks.format import Task, instantiate_task
+from evalfarm.tasks.lint import degenerate_reason
 from evalfarm.timing import bucket_stats, conservative_round, decide
 from evalfarm.verdict import Verdict
 
@@ -44,6 +56,11 @@ ARENA_BUDGET_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}
 MAX_ROUNDS_PER_BATCH = 32
 ROUND_SLACK_S = 2.0
 MAX_REMEASURES = 2
+# A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
+# side waiting for a quiet GPU) is bounded by this.
+PREPARE_TIMEOUT_S = 60.0
+ISOLATION_NOTE = ("reference computed and timed in its own worker process; candidate process stopped "
+                  "outside its own calls; inputs written right before each call")
 
 
 class Verdicted(Exception):
@@ -56,21 +73,30 @@ class Verdicted(Exception):
 
 
 @dataclasses.dataclass
+class Call:
+    """One worker's part of a round: where its inputs and outputs live, and the message that starts it."""
+
+    in_slots: list[Any]  # Slot or None (a non-tensor argument)
+    out_slots: list[Any]
+    prepare: dict[str, Any]
+
+
+@dataclasses.dataclass
 class RoundPlan:
     r: int
-    first: str
+    first: str  # REFERENCE or CANDIDATE: whose call runs first this round
     audited: bool
     inputs: list[Any]  # the judge's own copies (pristine)
-    expected: Any | None  # judge's reference output when audited
-    cand_slots: list[Any]
-    out_slots: list[Any]
-    wire: dict[str, Any] = dataclasses.field(default_factory=dict)
+    calls: dict[str, Call]
+    times: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 class WorkerHandle:
-    """The candidate process: started in its own session, killed as a group."""
+    """A worker process (reference or candidate): started in its own session, killed as a group."""
 
-    def __init__(self, device: str, tmp: str) -> None:
+    def __init__(self, device: str, tmp: str, role: str) -> None:
+        self.role = role
+        os.makedirs(tmp, exist_ok=True)
         self.conn, child_sock = wire.channel_pair()
         self.stderr_path = os.path.join(tmp, "worker.stderr")
         self._stderr = open(self.stderr_path, "wb")  # a file, so a chatty candidate never blocks on a pipe
@@ -88,20 +114,28 @@ class WorkerHandle:
         )
         child_sock.close()
 
+    def signal_group(self, sig: int) -> bool:
+        """Send ``sig`` to the worker's whole process group; False when it is gone."""
+        try:
+            os.killpg(self.proc.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
     def exit_description(self) -> str:
         code = self.proc.poll()
         if code is None:
             try:
                 code = self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
-                return "candidate process stopped answering"
+                return f"{self.role} process stopped answering"
         if code < 0:
             try:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = str(-code)
-            return f"candidate process died with signal {name}"
-        return f"candidate process exited with code {code}"
+            return f"{self.role} process died with signal {name}"
+        return f"{self.role} process exited with code {code}"
 
     def stderr_tail(self) -> str:
         try:
@@ -254,28 +288,33 @@ class Judge:
         self.evidence = Evidence(device=str(self.device), versions=_versions())
         self.phases: dict[str, float] = {}
         self.rng = random.Random(secrets.randbits(64))
+        self.degenerate = ""
+        self._cand_stopped = False
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
         tmp = sandbox.make_private_tmp("evalfarm-eval-")
-        worker = None
+        workers: list[WorkerHandle] = []
         arenas: list[Arena] = []
         try:
-            # The worker starts first: its interpreter and torch import overlap our set-up.
+            # Both workers start first: their interpreters and torch imports overlap our set-up.
             worker_device = self.config.device if self.config.device != "cuda" else "cuda:0"
-            worker = WorkerHandle(worker_device, tmp)
-            self.report_pgid(worker.proc.pid)
-            return self._evaluate(worker, tmp, arenas)
+            for role in (REFERENCE, CANDIDATE):
+                workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role))
+                self.report_pgid(workers[-1].proc.pid)
+            self.ref, self.cand = workers
+            return self._evaluate(tmp, arenas)
         except Verdicted as v:
             return self._result(v.verdict, None, v.detail)
         finally:
-            if worker is not None:
-                worker.close()
+            self._resume_candidate()
+            for w in workers:
+                w.close()
             for a in arenas:
                 a.close()
             sandbox.wipe(tmp)
 
-    def _evaluate(self, worker: WorkerHandle, tmp: str, arenas: list[Arena]) -> ScoreResult:
+    def _evaluate(self, tmp: str, arenas: list[Arena]) -> ScoreResult:
         cfg = self.config
         t0 = time.monotonic()
         if self.device.type == "cuda":
@@ -296,11 +335,16 @@ class Judge:
             init_inputs = self.source.init_inputs()
             weight_seed = self.source.weight_seed()
             torch.manual_seed(weight_seed)
-            self.ref_model = task_mod.Model(*init_inputs).to(self.device)
+            ref_model = task_mod.Model(*init_inputs).to(self.device)
             sample = self.source.inputs(-1)
             sample_copy = [v.clone() if isinstance(v, torch.Tensor) else v for v in sample]
-            ref_out, t_ref = self._ref_call(sample)
-            ref_out, t_ref = self._ref_call(sample_copy)  # second call: warm
+            ref_out, t_ref = self._ref_call(ref_model, sample)
+            held = ref_out
+            other = self.source.inputs(-2)
+            ref_out, t_ref = self._ref_call(ref_model, sample_copy)  # second call: warm
+            facts = reference_alias_facts(held, ref_out, sample_copy)
+            self.degenerate = degenerate_reason(
+                lambda inputs, m=ref_model: m(*inputs), [sample_copy, other, self.source.inputs(-3)])
         except Verdicted:
             raise
         except Exception:  # noqa: BLE001 - the task itself is broken: not the candidate's fault
@@ -309,18 +353,23 @@ class Judge:
         self.ref_mutates_inputs = any(
             isinstance(a, torch.Tensor) and not torch.equal(a, b) for a, b in zip(sample, self.source.inputs(-1), strict=False)
         )
+        if self.degenerate:
+            self.evidence.task_flags["degenerate"] = self.degenerate
         self.t_ref_est = t_ref
         self.tuple_out = isinstance(ref_out, tuple | list)
         self.out_struct = [(tuple(o.shape), o.dtype) for o in flatten_output(ref_out)]
-        in_bytes = _tensors_bytes(sample)
+        del ref_model, held, ref_out, sample, sample_copy, other
+        in_bytes = _tensors_bytes(self.source.inputs(-1))
         out_bytes = sum(aligned(math.prod(s) * d.itemsize) for s, d in self.out_struct)
         budget = ARENA_BUDGET_BYTES["cuda" if self.device.type == "cuda" else "cpu"]
-        per_round = 2 * in_bytes + out_bytes
+        per_round = 2 * (in_bytes + out_bytes)
         self.rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
-        self.in_arena = Arena.allocate(2 * in_bytes * self.rounds_per_batch, str(self.device), shm_dir(tmp))
-        arenas.append(self.in_arena)
-        self.out_arena = Arena.allocate(out_bytes * self.rounds_per_batch, str(self.device), shm_dir(tmp))
-        arenas.append(self.out_arena)
+        where = shm_dir(tmp)
+        self.arenas = {
+            (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device), where)
+            for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))
+        }
+        arenas.extend(self.arenas.values())
         flush_bytes = 0
         self.floor_output_bytes = sum(math.prod(s) * d.itemsize for s, d in self.out_struct)
         self.l2_bytes: int | None = None
@@ -330,41 +379,54 @@ class Judge:
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
             flush_bytes = 2 * (self.l2_bytes or 50 << 20)
             if self.l2_bytes is not None and self.floor_output_bytes > 2 * self.l2_bytes:
-                self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the worker's start-up
+                self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the workers' start-up
         self.evidence.inputs_on_device = self.source.on_device
         self.phases["judge_setup"] = time.monotonic() - t0
 
         t_load = time.monotonic()
-        wire.send_pickle(worker.conn, {
+        common = {
             "device": "cuda:0" if self.device.type == "cuda" else "cpu",
             "limits": dataclasses.asdict(sandbox.Limits(
                 memory_bytes=None if self.device.type == "cuda" else cfg.memory_limit_bytes,
                 file_size_bytes=cfg.file_size_limit_bytes)),
-            "num_threads": num_threads,
-            "task_name": self.task.name, "task_source": self.task.source,
-            "size_profiles": self.task.size_profiles, "profile": profile,
-            "candidate_source": self.candidate_source,
-            "init_inputs": init_inputs, "weight_seed": weight_seed,
-            "cache_dir": self.cache_dir, "arch": self.arch,
-            "in_arena": self.in_arena.handle(), "out_arena": self.out_arena.handle(),
+            "num_threads": num_threads, "init_inputs": init_inputs, "weight_seed": weight_seed,
             "flush_bytes": flush_bytes, "tuple_out": self.tuple_out,
+        }
+        # The reference loads first, alone: its quiet-GPU baseline is taken before any candidate code runs.
+        wire.send_pickle(self.ref.conn, {
+            **common, "role": REFERENCE, "task_name": self.task.name, "task_source": self.task.source,
+            "size_profiles": self.task.size_profiles, "profile": profile,
+            "in_arena": self.arenas[REFERENCE, "in"].handle(), "out_arena": self.arenas[REFERENCE, "out"].handle(),
         })
-        ready = self._recv(worker, cfg.load_timeout_s, "loading the candidate")
+        ready = self._recv(self.ref, cfg.load_timeout_s, "loading the reference")
         if ready.get("op") != "ready":
-            self._raise_worker_error(ready, worker)
+            self._raise_worker_error(ready, self.ref)
+        wire.send_pickle(self.cand.conn, {
+            **common, "role": CANDIDATE, "candidate_source": self.candidate_source,
+            "cache_dir": self.cache_dir, "arch": self.arch, **facts,
+            "in_arena": self.arenas[CANDIDATE, "in"].handle(), "out_arena": self.arenas[CANDIDATE, "out"].handle(),
+        })
+        ready = self._recv(self.cand, cfg.load_timeout_s, "loading the candidate")
+        if ready.get("op") != "ready":
+            self._raise_worker_error(ready, self.cand)
+        self._stop_candidate()
         self.evidence.build["worker_extensions"] = ready.get("extensions", [])
         isolation = ready.get("isolation", [])
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
-        self.evidence.isolation = [x[:300] for x in isolation[:8]]
+        self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:8])]
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
-        return self._measure(worker)
+        return self._measure()
 
     def _check_symbols(self, extensions: Any) -> None:
-        """Static check of every extension the worker loaded, read from the cache (not the worker)."""
+        """Static check of every extension the worker loaded, read from the cache (not the worker).
+
+        Every finding goes into the evidence; only a blocking one (symbol interposition, which the
+        worker's own clock cannot see) decides the verdict."""
         from evalfarm.build.cache import ExtensionCache
         from evalfarm.guards import ElfError, GuardPolicy, check_extension_symbols
+        from evalfarm.scoring import finding_dict
 
         if not isinstance(extensions, list):
             return
@@ -383,65 +445,102 @@ class Judge:
                 findings = check_extension_symbols(so, policy)
             except ElfError as err:
                 raise Verdicted(Verdict.INFRA_ERROR, f"cannot read built extension {name}: {err}") from None
-            if findings:
-                self.evidence.guards.extend(f"{f.guard}: {f.reason}" for f in findings)
-                raise Verdicted(Verdict.HACK_DETECTED, f"guard {findings[0].guard}: {findings[0].reason}")
+            self.evidence.static_findings.extend(finding_dict(f) for f in findings)
+            blocking = [f for f in findings if getattr(f, "blocking", True)]
+            if blocking:
+                self.evidence.guards.extend(f"{f.guard}: {f.reason}" for f in blocking)
+                raise Verdicted(Verdict.HACK_DETECTED, f"guard {blocking[0].guard}: {blocking[0].reason}")
 
-    def _ref_call(self, inputs: list[Any]) -> tuple[Any, float]:
+    def _ref_call(self, model: Any, inputs: list[Any]) -> tuple[Any, float]:
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         sync()
         t0 = time.perf_counter()
-        out = self.ref_model(*inputs)
+        out = model(*inputs)
         sync()
         return out, time.perf_counter() - t0
 
     def _call_limit_s(self) -> float:
         return max(self.config.min_call_timeout_s, self.config.timeout_factor * self.t_ref_est)
 
+    # --- the candidate's process runs only while its own call is under way -----------
+    def _stop_candidate(self) -> None:
+        if not self._cand_stopped and self.cand.signal_group(signal.SIGSTOP):
+            self._cand_stopped = True
+
+    def _resume_candidate(self) -> None:
+        if self._cand_stopped and hasattr(self, "cand"):
+            self.cand.signal_group(signal.SIGCONT)
+            self._cand_stopped = False
+
     # --- rounds ----------------------------------------------------------------------
     def _plan_batch(self, first_round: int, n_correct: int) -> list[RoundPlan]:
-        self.in_arena.reset()
-        self.out_arena.reset()
+        for a in self.arenas.values():
+            a.reset()
         plans = []
         for k in range(self.rounds_per_batch):
             r = first_round + k
-            inputs = self.source.inputs(r)
-            ref_spec, cand_spec, cand_slots = [], [], []
-            for v in inputs:
-                if isinstance(v, torch.Tensor):
-                    v = v.contiguous()
-                    a = self.in_arena.alloc(tuple(v.shape), v.dtype)
-                    b = self.in_arena.alloc(tuple(v.shape), v.dtype)
-                    self.in_arena.view(a).copy_(v)
-                    self.in_arena.view(b).copy_(v)
-                    ref_spec.append(["T", a.to_wire()])
-                    cand_spec.append(["T", b.to_wire()])
-                    cand_slots.append(b)
-                else:
-                    ref_spec.append(["S", v])
-                    cand_spec.append(["S", v])
-                    cand_slots.append(None)
-            out_slots = [self.out_arena.alloc(s, d) for s, d in self.out_struct]
-            # Poison the output slots so a slot the worker never wrote cannot pass.
-            for s in out_slots:
-                view = self.out_arena.view(s)
-                view.fill_(float("nan") if view.is_floating_point() else 0x5A)
+            inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(r)]
             audited = r < n_correct or self.rng.random() < self.config.audit_fraction
-            expected = None
-            if audited:
-                pristine = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
-                expected, t = self._ref_call(pristine)
-                self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t
-            first = "ref" if self.rng.random() < 0.5 else "cand"
-            wire_round = {"r": r, "first": first, "ref": ref_spec, "cand": cand_spec,
-                          "out": [s.to_wire() for s in out_slots]}
-            plan = RoundPlan(r, first, audited, inputs, expected, cand_slots, out_slots, wire_round)
-            plans.append(plan)
+            calls = {}
+            for role in (REFERENCE, CANDIDATE):
+                in_arena, out_arena = self.arenas[role, "in"], self.arenas[role, "out"]
+                slots = [in_arena.alloc(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None
+                         for v in inputs]
+                spec = [["T", s.to_wire()] if s is not None else ["S", v] for s, v in zip(slots, inputs, strict=True)]
+                # The reference's outputs come back only when the round is audited; the candidate's
+                # always do, so every round looks the same from inside its process.
+                outs = ([out_arena.alloc(s, d) for s, d in self.out_struct]
+                        if role == CANDIDATE or audited else [])
+                for s in outs:  # poisoned, so a slot never written cannot pass
+                    view = out_arena.view(s)
+                    view.fill_(float("nan") if view.is_floating_point() else 0x5A)
+                calls[role] = Call(slots, outs, {"op": "prepare", "r": r, "in": spec,
+                                                 "out": [s.to_wire() for s in outs]})
+            first = REFERENCE if self.rng.random() < 0.5 else CANDIDATE
+            plans.append(RoundPlan(r, first, audited, inputs, calls))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return plans
 
-    def _measure(self, worker: WorkerHandle) -> ScoreResult:
+    def _run_call(self, role: str, plan: RoundPlan, limit: float) -> dict[str, Any]:
+        """One timed call in one worker: prepare, then the inputs written, then go.
+
+        The inputs of a round reach the worker's memory only after it has finished its own
+        preparation (poisoning, L2 flush, synchronisation), right before the call starts, so no
+        code in the candidate's process sees them outside the timed call."""
+        worker = self.ref if role == REFERENCE else self.cand
+        call = plan.calls[role]
+        if role == CANDIDATE:
+            self._resume_candidate()
+        try:
+            wire.send_json(worker.conn, call.prepare)
+            msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing round {plan.r}")
+            if msg.get("op") == "busy":
+                raise Verdicted(Verdict.HACK_DETECTED, "guard lingering_gpu_work: the GPU stayed busy for "
+                                f"{float(msg.get('waited_s', 0)):.1f} s after the candidate's call returned and "
+                                "its process was stopped: it left work running outside its timed call")
+            if msg.get("op") != "prepared":
+                self._raise_worker_error(msg, worker)
+            if isinstance(msg.get("quiet_wait_s"), float) and msg["quiet_wait_s"] > 0:
+                self.quiet_waits.append(msg["quiet_wait_s"])
+            arena = self.arenas[role, "in"]
+            for v, slot in zip(plan.inputs, call.in_slots, strict=True):
+                if slot is not None:
+                    arena.view(slot).copy_(v)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            wire.send_json(worker.conn, {"op": "go"})
+            res = self._recv(worker, limit, f"round {plan.r}")
+        finally:
+            if role == CANDIDATE:
+                self._stop_candidate()
+        if res.get("op") != "round":
+            self._raise_worker_error(res, worker, in_correctness=plan.r < self.config.num_correctness_inputs)
+        if _int(res, "r") != plan.r or _int(res, "t") <= 0:
+            raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: round results do not match the rounds sent")
+        return res
+
+    def _measure(self) -> ScoreResult:
         cfg = self.config
         n_correct = cfg.num_correctness_inputs
         speedups: list[float] = []
@@ -449,36 +548,42 @@ class Judge:
         t_cand_all: list[int] = []
         e_ref_all: list[float] = []
         e_cand_all: list[float] = []
+        self.quiet_waits: list[float] = []
         worst = Comparison(ok=True)
         audited = 0
         remeasured = 0
         r = 0
-        first_batch = True
+        # Calls before the first timed round may build, autotune or compile lazily: together they
+        # get first_call_timeout_s on top of the per-call bound.
+        allowance = cfg.first_call_timeout_s
         start = time.monotonic()
         timing_start: float | None = None
         stable = True
         while True:
             plans = self._plan_batch(r, n_correct)
-            wire.send_json(worker.conn, {"op": "rounds", "rounds": [p.wire for p in plans]})
-            replies = []
             for plan in plans:
-                limit = 2 * self.t_ref_est + self._call_limit_s() + ROUND_SLACK_S
-                if first_batch and plan is plans[0]:
-                    limit += cfg.first_call_timeout_s
-                res = self._recv(worker, limit, f"round {plan.r}")
-                if res.get("op") != "round":
-                    self._raise_worker_error(res, worker, in_correctness=plan.r < n_correct)
-                t_ref, t_cand = _int(res, "t_ref"), _int(res, "t_cand")
-                if _int(res, "r") != plan.r or t_ref <= 0 or t_cand <= 0:
-                    raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: round results do not match the rounds sent")
-                if t_cand / 1e9 > self._call_limit_s() and not (first_batch and plan is plans[0]):
+                warm = plan.r < max(cfg.warmup_rounds, 1)
+                times: dict[str, dict[str, Any]] = {}
+                for role in ((REFERENCE, CANDIDATE) if plan.first == REFERENCE else (CANDIDATE, REFERENCE)):
+                    limit = self._call_limit_s() + ROUND_SLACK_S
+                    if role == REFERENCE:
+                        limit = max(limit, 2 * self.t_ref_est + ROUND_SLACK_S + cfg.min_call_timeout_s)
+                    elif warm:
+                        limit += allowance
+                    t_call = time.monotonic()
+                    times[role] = self._run_call(role, plan, limit)
+                    if role == CANDIDATE and warm:
+                        allowance = max(0.0, allowance - max(0.0, time.monotonic() - t_call - self._call_limit_s()))
+                t_ref, t_cand = times[REFERENCE]["t"], times[CANDIDATE]["t"]
+                self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t_ref / 1e9
+                if t_cand / 1e9 > self._call_limit_s() and not warm:
                     raise Verdicted(Verdict.TIMEOUT, f"a call took {t_cand / 1e6:.1f} ms, more than "
                                     f"{cfg.timeout_factor:g}x the reference's {self.t_ref_est * 1e3:.3f} ms")
-                replies.append(res)
-            # Audits run only now, with the worker idle: judge work on the device must never
-            # overlap a timed call.
-            for plan, res in zip(plans, replies, strict=True):
-                t_ref, t_cand = res["t_ref"], res["t_cand"]
+                plan.times = times
+            # Audits run only now, with both workers idle: judge work on the device never
+            # overlaps a timed call.
+            for plan in plans:
+                t_ref, t_cand = plan.times[REFERENCE]["t"], plan.times[CANDIDATE]["t"]
                 if plan.audited:
                     audited += 1
                     c = self._audit(plan, in_correctness=plan.r < n_correct)
@@ -489,10 +594,10 @@ class Judge:
                     speedups.append(t_ref / t_cand)
                     t_ref_all.append(t_ref)
                     t_cand_all.append(t_cand)
-                    if isinstance(res.get("e_ref"), int | float) and isinstance(res.get("e_cand"), int | float):
-                        e_ref_all.append(float(res["e_ref"]))
-                        e_cand_all.append(float(res["e_cand"]))
-            first_batch = False
+                    e_ref, e_cand = plan.times[REFERENCE].get("e"), plan.times[CANDIDATE].get("e")
+                    if isinstance(e_ref, int | float) and isinstance(e_cand, int | float):
+                        e_ref_all.append(float(e_ref))
+                        e_cand_all.append(float(e_cand))
             r += len(plans)
             if r < n_correct:
                 continue
@@ -520,6 +625,10 @@ class Judge:
             ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
             audited_rounds=audited, seconds=time.monotonic() - start,
         )
+        if self.quiet_waits:
+            self.evidence.guards.append(
+                f"gpu_quiet_wait: the reference waited for the GPU to go quiet before {len(self.quiet_waits)} "
+                f"call(s) (longest {max(self.quiet_waits) * 1e3:.1f} ms): work the candidate left running")
         if e_cand_all:
             timing.ref_event_us_median = statistics.median(e_ref_all)
             timing.cand_event_us_median = statistics.median(e_cand_all)
@@ -535,7 +644,12 @@ class Judge:
             self._physical_floor_gate(timing)
         if not stable:
             self.evidence.guards.append("timing_unstable: bucket spread stayed above the limit")
-        return self._result(Verdict.OK, conservative_round(stats.score), "")
+        score = conservative_round(stats.score)
+        if self.degenerate:
+            self.evidence.guards.append(f"task_degenerate: {self.degenerate}; no speedup is paid on this task "
+                                        f"(measured {stats.score:.3g}x, reported 1.00)")
+            score = 1.0
+        return self._result(Verdict.OK, score, "")
 
     def _physical_floor_gate(self, timing: TimingEvidence) -> None:
         """HACK_DETECTED when the median candidate call beats writing its outputs (GPU only)."""
@@ -548,10 +662,14 @@ class Judge:
             raise Verdicted(Verdict.HACK_DETECTED, check.reason)
 
     def _audit(self, plan: RoundPlan, in_correctness: bool) -> Comparison:
-        """Check one round's candidate output and inputs; raise Verdicted, or return the comparison."""
-        outs = [self.out_arena.view(s) for s in plan.out_slots]
-        got: Any = tuple(outs) if self.tuple_out else outs[0]
-        c = compare_outputs(got, plan.expected, self.config.tolerance)
+        """Check one round's candidate output and inputs against the reference worker's; raise
+        Verdicted, or return the comparison."""
+        def outputs(role: str) -> Any:
+            arena = self.arenas[role, "out"]
+            views = [arena.view(s) for s in plan.calls[role].out_slots]
+            return tuple(views) if self.tuple_out else views[0]
+
+        c = compare_outputs(outputs(CANDIDATE), outputs(REFERENCE), self.config.tolerance)
         if not c.ok:
             if in_correctness:
                 raise Verdicted(Verdict.INCORRECT, f"correctness input {plan.r + 1} of "
@@ -559,51 +677,75 @@ class Judge:
             raise Verdicted(Verdict.HACK_DETECTED, f"guard timed_output_audit: a timed call's output was wrong "
                             f"after all correctness inputs passed (round {plan.r}): {c.reason}")
         if not self.ref_mutates_inputs:
-            for v, slot in zip(plan.inputs, plan.cand_slots, strict=True):
-                if slot is not None and not torch.equal(self.in_arena.view(slot), v):
+            arena = self.arenas[CANDIDATE, "in"]
+            for v, slot in zip(plan.inputs, plan.calls[CANDIDATE].in_slots, strict=True):
+                if slot is not None and not torch.equal(arena.view(slot), v):
                     raise Verdicted(Verdict.INCORRECT, f"the candidate modified its input in place (round {plan.r})")
         return c
 
     # --- plumbing --------------------------------------------------------------------
     def _recv(self, worker: WorkerHandle, timeout: float, what: str) -> dict[str, Any]:
+        trusted = worker.role == REFERENCE
         try:
             return wire.recv_json(worker.conn, timeout)
         except TimeoutError:
             sandbox.kill_group(worker.proc)
+            if trusted:
+                raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker did not finish {what} within "
+                                f"{timeout:.1f} s") from None
             raise Verdicted(Verdict.TIMEOUT, f"the candidate did not finish {what} within {timeout:.1f} s") from None
         except wire.PeerClosed:
             desc = worker.exit_description()
             tail = worker.stderr_tail()
+            if trusted:
+                raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker ended while {what}: {desc}"
+                                + (f"\n{tail}" if tail else "")) from None
             verdict = Verdict.CUDA_FAULT if "CUDA" in tail and self.device.type == "cuda" else Verdict.RUNTIME_ERROR
             raise Verdicted(verdict, f"{desc} while {what}" + (f"\n{tail}" if tail else "")) from None
         except wire.ProtocolError as err:
+            if trusted:
+                raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker sent a bad message: {err}") from None
             raise Verdicted(Verdict.HACK_DETECTED, f"guard worker_protocol: {err}") from None
 
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle, in_correctness: bool = True) -> None:
-        kind = msg.get("kind")
-        detail = str(msg.get("detail", ""))[-8000:]
-        mapping = {
-            "compile": Verdict.COMPILE_ERROR, "load": Verdict.LOAD_ERROR, "runtime": Verdict.RUNTIME_ERROR,
-            "cuda_fault": Verdict.CUDA_FAULT, "structure": Verdict.INCORRECT,
-        }
-        if kind in mapping:
-            raise Verdicted(mapping[kind], detail)
-        if kind == "global_state":
-            raise Verdicted(Verdict.HACK_DETECTED, f"guard global_state: {detail}")
-        if kind == "persistent_output":
-            raise Verdicted(Verdict.HACK_DETECTED, f"guard persistent_output: {detail}")
-        if kind == "reference":
-            raise Verdicted(Verdict.HACK_DETECTED, "guard reference_integrity: the reference failed in the "
-                            f"candidate's process but not in the judge's: {detail}")
-        if kind == "infra":
-            raise Verdicted(Verdict.INFRA_ERROR, detail)
-        raise Verdicted(Verdict.HACK_DETECTED, f"guard worker_protocol: unexpected message {str(msg)[:200]}")
+        raise Verdicted(*worker_error_verdict(msg, worker.role))
 
     def _result(self, verdict: Verdict, speedup: float | None, detail: str) -> ScoreResult:
         self.evidence.phases_s.update(self.phases)
         self.evidence.clocks = _clocks(self.device)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
                            detail=detail, evidence=self.evidence, task=self.task.name)
+
+
+def worker_error_verdict(msg: dict[str, Any], role: str) -> tuple[Verdict, str]:
+    """The one place a worker's error report becomes a verdict.
+
+    Anything the reference worker reports is the farm's (or the task's) problem: INFRA_ERROR.
+    The candidate worker's reports map by kind; an unknown message is a protocol violation."""
+    kind = msg.get("kind")
+    detail = str(msg.get("detail", ""))[-8000:]
+    if role == REFERENCE:
+        return Verdict.INFRA_ERROR, f"the reference worker failed ({kind}): {detail}"[:8000]
+    mapping = {
+        "compile": Verdict.COMPILE_ERROR, "load": Verdict.LOAD_ERROR, "runtime": Verdict.RUNTIME_ERROR,
+        "cuda_fault": Verdict.CUDA_FAULT, "structure": Verdict.INCORRECT, "infra": Verdict.INFRA_ERROR,
+    }
+    if msg.get("op") == "error" and kind in mapping:
+        return mapping[kind], detail
+    if msg.get("op") == "error" and kind == "persistent_output":
+        return Verdict.HACK_DETECTED, f"guard persistent_output: {detail}"
+    return Verdict.HACK_DETECTED, f"guard worker_protocol: unexpected message {str(msg)[:200]}"
+
+
+def reference_alias_facts(first_out: Any, second_out: Any, second_inputs: list[Any]) -> dict[str, bool]:
+    """How the reference's outputs relate to memory, from two calls made with the first call's
+    outputs still alive: does an output reuse the previous call's storage, does it alias its inputs?
+    The candidate worker allows the same of the candidate's outputs (and nothing more)."""
+    firsts = {storage_span(o)[0] for o in flatten_output(first_out) if isinstance(o, torch.Tensor) and o.numel()}
+    seconds = [o for o in flatten_output(second_out) if isinstance(o, torch.Tensor) and o.numel()]
+    in_spans = [data_span(a) for a in second_inputs if isinstance(a, torch.Tensor)]
+    return {"ref_persists": any(storage_span(o)[0] in firsts for o in seconds),
+            "ref_aliases_input": any(overlaps(storage_span(o), in_spans) for o in seconds)}
 
 
 def _int(d: Any, key: str) -> int:

@@ -1,16 +1,15 @@
-"""The process-global settings the reference must run under, and a check that they hold.
+"""The process-global settings the reference runs under, and the persisting-L2 controls.
 
-Both judge and worker set the same clean state before any task or candidate code runs:
+The judge and both workers set the same clean state before any task or candidate code runs:
 full-precision float32 matmuls and convolutions (no TF32), no cuDNN autotuning, a fixed
-thread count. The worker snapshots that state and the identity of torch's public callables
-after loading the candidate's module, and checks them before every reference call, so a
-candidate cannot slow the reference (or speed itself up) by changing globals.
+thread count. The reference runs in a worker where no candidate code ever runs, so the state
+it was set to is the state it runs under; what a candidate changes in its own process is its
+own business (tolerance decides precision, timing decides speed).
 
-On CUDA the state includes the context's persisting-L2 set-aside
-(``CU_LIMIT_PERSISTING_L2_CACHE_SIZE``, read through the driver API): with a set-aside and an
-access-policy window a candidate's data survives the L2 flush between timed calls. Its clean
-value is the one set before any candidate code ran, so setting it while the candidate's module
-loads counts as a change too. ``reset_persisting_l2`` demotes persisting lines to normal ones.
+On CUDA, a context's persisting-L2 set-aside (``CU_LIMIT_PERSISTING_L2_CACHE_SIZE``, read
+through the driver API) with an access-policy window lets data survive an L2 flush. Both
+workers demote every persisting line (``reset_persisting_l2``) before the flush that precedes
+each timed call, so nothing pinned by one call, or by the other process, survives into the next.
 Without CUDA in use (CPU evaluations) or without ``libcuda.so.1`` none of this does anything.
 """
 
@@ -28,9 +27,6 @@ import torch
 CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
 CUDA_SUCCESS = 0
 PERSISTING_L2_KEY = "cuda.persisting_l2_limit"
-
-# The CUDA state set_clean_state left, before any candidate code ran ({} without CUDA).
-_CLEAN_CUDA: dict[str, int] = {}
 
 
 @functools.cache
@@ -102,8 +98,6 @@ def cuda_state() -> dict[str, int]:
 
 
 def _set_clean_cuda_state() -> None:
-    global _CLEAN_CUDA
-    _CLEAN_CUDA = {}
     if not torch.cuda.is_initialized():
         return
     try:
@@ -112,7 +106,6 @@ def _set_clean_cuda_state() -> None:
         return
     if persisting_l2_limit():  # a leftover set-aside: back to the documented default, none
         _set_persisting_l2_limit(0)
-    _CLEAN_CUDA = cuda_state()
 
 
 def set_clean_state(num_threads: int) -> None:
@@ -126,56 +119,3 @@ def set_clean_state(num_threads: int) -> None:
     torch.set_default_dtype(torch.float32)
     torch.use_deterministic_algorithms(False)
     _set_clean_cuda_state()
-
-
-def flags() -> dict[str, Any]:
-    return {
-        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-        "cudnn.benchmark": torch.backends.cudnn.benchmark,
-        "cudnn.deterministic": torch.backends.cudnn.deterministic,
-        "cudnn.enabled": torch.backends.cudnn.enabled,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "num_threads": torch.get_num_threads(),
-        "default_dtype": str(torch.get_default_dtype()),
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "grad_enabled_outside_calls": torch.is_grad_enabled(),
-    }
-
-
-def _namespaces() -> list[tuple[str, dict[str, Any]]]:
-    import torch.nn.functional as F  # noqa: N812
-
-    return [("torch", vars(torch)), ("torch.nn.functional", vars(F)), ("torch.Tensor", vars(torch.Tensor)),
-            ("torch._C._nn", vars(torch._C._nn))]
-
-
-class StateSnapshot:
-    def __init__(self) -> None:
-        self.flags = flags()
-        self.bindings = {
-            (ns, k): id(v) for ns, d in _namespaces() for k, v in list(d.items()) if callable(v)
-        }
-        # The clean values win over what is read now: a set-aside made while the candidate's
-        # module loaded is a change as well.
-        self.cuda = {**cuda_state(), **_CLEAN_CUDA}
-
-    def changes(self) -> list[str]:
-        """What differs from the snapshot (empty when nothing does)."""
-        now_flags = flags()
-        out = [f"{k}: {v!r} -> {now_flags[k]!r}" for k, v in self.flags.items() if now_flags[k] != v]
-        if self.cuda:
-            now_cuda = cuda_state()
-            out += [f"{k}: {v!r} -> {now_cuda[k]!r}" if k in now_cuda else f"{k}: {v!r} -> unreadable"
-                    for k, v in self.cuda.items() if now_cuda.get(k) != v]
-        spaces = dict(_namespaces())
-        for (ns, k), old in self.bindings.items():
-            v = spaces[ns].get(k, _MISSING)
-            if v is _MISSING:
-                out.append(f"{ns}.{k} was deleted")
-            elif id(v) != old:
-                out.append(f"{ns}.{k} was rebound")
-        return out
-
-
-_MISSING = object()

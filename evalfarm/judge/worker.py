@@ -1,22 +1,27 @@
-"""The candidate worker: an untrusted, fresh process per evaluation.
+"""A timing worker: a fresh process per evaluation that runs one model on the judge's inputs.
 
-Started by the judge as ``python -m evalfarm.judge.worker FD``. It runs the task's Model
-and the candidate's ModelNew side by side on inputs the judge placed in shared memory,
-times each whole call (ended by a device-wide synchronisation), and copies the
-candidate's outputs back for the judge to check. It never sees the input seed or the
-judge's reference outputs, and it never gives a verdict: the judge does.
+Started by the judge as ``python -m evalfarm.judge.worker FD``. Every evaluation has two:
 
-Every round looks the same from inside, whether the judge will audit its output or not.
+* the **reference** worker builds the task's ``Model`` and nothing else. No candidate code
+  ever runs in it, so nothing a candidate sets (global flags, thread counts, cuDNN/TF32
+  modes, monkeypatched torch functions, forward hooks, the allocator) can change how the
+  reference computes or how long it takes. It is trusted: for audited rounds it copies the
+  reference's outputs back for the judge to compare against.
+* the **candidate** worker builds ``ModelNew``. It is untrusted: it never sees the input seed,
+  the reference's outputs or the verdict, and the judge stops its whole process group
+  (SIGSTOP) whenever it is not running its own block of calls.
 
-Before torch (and any thread) starts, the worker asks for a private network namespace and
-a process limit (best effort, see ``evalfarm.sandbox.isolate_process``) and reports what it
-obtained in its "ready" message. After every round, outside the timed calls, it checks that
-the candidate's output is freshly allocated: not the storage it returned in the previous
-round (kept alive here, so the allocator cannot legitimately hand it out again) and not a
-view of its own inputs unless the reference's output is one too.
+Both time each whole call with the same code (free memory poisoned, persisting L2 lines
+demoted, the L2 flushed, a device-wide synchronisation on each side of the call), so the
+protocol is the same for both and the judge pairs their times round by round. Each call is two
+steps: ``prepare`` (poison, flush, synchronise; on the reference's side on a GPU, wait until no
+other work runs on the device), after which the judge writes the call's inputs, and ``go``.
 
-No call may see another call's leftovers: free memory is poisoned before every timed call
-(``evalfarm.judge.poison``), and persisting L2 lines are demoted before the L2 flush.
+The candidate worker also checks, outside the timed calls and identically in every round,
+that its outputs have exactly the expected type, shape, dtype and device, and that they are
+freshly allocated: not the storage it returned in the previous round (kept alive here, so the
+allocator cannot legitimately hand it out again) and not a view of its inputs, unless the
+reference's outputs behave the same way (the judge says so at start).
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ _CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "cuDNN error", "unspecified launch failure",
                        "misaligned address", "illegal instruction")
 
+REFERENCE, CANDIDATE = "reference", "candidate"
+# The reference's quiet-GPU wait: a probe counts as quick within 5x its idle latency (or this
+# margin above it), and the wait gives up (the candidate left work running) after QUIET_WAIT_S.
+QUIET_MARGIN_S = 50e-6
+QUIET_WAIT_S = 5.0
+
 
 def _die_with_parent() -> None:
     try:
@@ -49,25 +60,25 @@ def _error_kind(err: BaseException) -> str:
     return "cuda_fault" if any(m in text for m in _CUDA_FAULT_MARKERS) else "runtime"
 
 
-def _storage_span(t: Any) -> tuple[int, int]:
+def storage_span(t: Any) -> tuple[int, int]:
     """[start, end) of the memory block behind a tensor (its whole storage)."""
     st = t.untyped_storage()
     start = st.data_ptr()
     return start, start + st.nbytes()
 
 
-def _data_span(t: Any) -> tuple[int, int]:
+def data_span(t: Any) -> tuple[int, int]:
     """[start, end) of the bytes a contiguous tensor's elements occupy."""
     start = t.data_ptr()
     return start, start + t.numel() * t.element_size()
 
 
-def _overlaps(a: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+def overlaps(a: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
     return a[1] > a[0] and any(s < a[1] and a[0] < e for s, e in spans if e > s)
 
 
 def alias_problem(cand_outs: list[Any], cand_inputs: list[Any], prev_cand_storages: list[int],
-                  ref_outs: list[Any], ref_inputs: list[Any], prev_ref_storages: list[int]) -> str:
+                  ref_persists: bool, ref_aliases_input: bool) -> str:
     """Why the candidate's outputs are not fresh memory ("" when they are).
 
     A candidate output is flagged when its storage is one the candidate returned in the
@@ -75,24 +86,19 @@ def alias_problem(cand_outs: list[Any], cand_inputs: list[Any], prev_cand_storag
     overlaps one of the candidate's inputs, unless the reference's output overlaps its own
     inputs. Empty tensors are ignored (they own no memory).
     """
-    ref_spans = [_storage_span(o) for o in ref_outs if isinstance(o, Tensor) and o.numel()]
-    ref_in = [_data_span(a) for a in ref_inputs if isinstance(a, Tensor)]
-    ref_persists = any(s[0] in prev_ref_storages for s in ref_spans)
-    ref_aliases_input = any(_overlaps(s, ref_in) for s in ref_spans)
-    cand_in = [_data_span(a) for a in cand_inputs if isinstance(a, Tensor)]
+    import torch
+
+    cand_in = [data_span(a) for a in cand_inputs if isinstance(a, torch.Tensor)]
     for i, o in enumerate(cand_outs):
         if not o.numel():
             continue
-        span = _storage_span(o)
+        span = storage_span(o)
         if not ref_persists and span[0] in prev_cand_storages:
             return (f"output {i} is the same storage the candidate returned in the previous call "
                     "(a persistent output buffer: results can be reused or written after the call)")
-        if not ref_aliases_input and _overlaps(span, cand_in):
+        if not ref_aliases_input and overlaps(span, cand_in):
             return f"output {i} shares memory with the candidate's inputs, while the reference's does not"
     return ""
-
-
-Tensor: Any = None  # torch.Tensor, bound when torch is imported
 
 
 class Worker:
@@ -104,8 +110,7 @@ class Worker:
         self.wire = wire
         self.conn = Connection(fd)
         self.isolation = isolation or []
-        self._prev_cand_storages: list[int] = []
-        self._prev_ref_storages: list[int] = []
+        self._prev_storages: list[int] = []
         self._held: list[Any] = []  # last round's outputs, kept alive so their memory is not reused
         self._poison: Any = None  # HeapPoisoner (CPU) or FreeMemoryPoisoner (CUDA); None when off
         self._reset_l2: Any = None  # evalfarm.judge.state.reset_persisting_l2 on CUDA
@@ -121,25 +126,24 @@ class Worker:
     def run(self) -> None:
         import torch  # before waiting: the import overlaps the judge's own set-up
 
-        global Tensor
-        Tensor = torch.Tensor
         init = self.wire.recv_pickle(self.conn)
         from evalfarm.sandbox import Limits, apply_limits
 
         apply_limits(Limits(**init["limits"]))
 
-        from evalfarm.build import hook
-        from evalfarm.build.cache import ExtensionCache
         from evalfarm.judge.arena import Arena, Slot
         from evalfarm.judge.poison import POISON_ENV, make_poisoner
-        from evalfarm.judge.state import StateSnapshot, reset_persisting_l2, set_clean_state
-        from evalfarm.tasks.format import Task, exec_module, instantiate_task
+        from evalfarm.judge.state import reset_persisting_l2, set_clean_state
+        from evalfarm.tasks.format import Task, instantiate_task
 
         self.torch = torch
         self.Slot = Slot
+        self.role = init["role"]
         device = torch.device(init["device"])
         self.is_cuda = device.type == "cuda"
         self._tuple_out = bool(init["tuple_out"])
+        self._ref_persists = bool(init.get("ref_persists", False))
+        self._ref_aliases_input = bool(init.get("ref_aliases_input", False))
         if self.is_cuda:
             torch.cuda.set_device(device)
             self._sync = torch._C._cuda_synchronize  # device-wide: waits for every stream
@@ -156,17 +160,56 @@ class Worker:
         self.out_arena = Arena.attach(init["out_arena"])
         flush_bytes = int(init.get("flush_bytes", 0))
         self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
+        self._quiet_baseline_s: float | None = None
+        if self.is_cuda and self.role == REFERENCE:  # before any candidate code has run anywhere
+            self._probe = torch.zeros(1, device=device)
+            self._quiet_baseline_s = min(self._probe_once() for _ in range(5))
         load_start = _perf_ns()
+        extensions: list[dict[str, Any]] = []
+        if self.role == REFERENCE:
+            task = Task(name=init["task_name"], source=init["task_source"], path=None,
+                        size_profiles=init["size_profiles"])
+            try:
+                task_mod = instantiate_task(task, init["profile"])
+                torch.manual_seed(init["weight_seed"])
+                self.model = task_mod.Model(*init["init_inputs"]).to(device)
+                self._sync()
+            except BaseException:  # noqa: BLE001
+                self.fail("infra", "the task's Model failed to build in the reference worker:\n"
+                          + traceback.format_exc())
+        else:
+            extensions = self._load_candidate(init, device)
+        torch.set_grad_enabled(False)
+        self.send({
+            "op": "ready",
+            "load_s": (_perf_ns() - load_start) / 1e9,
+            "isolation": self.isolation,
+            "extensions": extensions,
+        })
+        pending: dict[str, Any] | None = None
+        while True:
+            msg = self.wire.recv_json(self.conn, None)
+            op = msg.get("op")
+            if op == "prepare":
+                pending = msg
+                self.send(self.prepare())
+            elif op == "go" and pending is not None:
+                reply = self.run_call(pending)
+                pending = None
+                self.send(reply)
+                if reply["op"] != "round":
+                    break
+            else:
+                break
+        self.conn.close()
+        os._exit(0)
 
-        task = Task(name=init["task_name"], source=init["task_source"], path=None,
-                    size_profiles=init["size_profiles"])
-        try:
-            task_mod = instantiate_task(task, init["profile"])
-            torch.manual_seed(init["weight_seed"])
-            self.ref = task_mod.Model(*init["init_inputs"]).to(device)
-        except BaseException:  # noqa: BLE001
-            self.fail("infra", "reference Model failed to build in the worker:\n" + traceback.format_exc())
+    def _load_candidate(self, init: dict[str, Any], device: Any) -> list[dict[str, Any]]:
+        from evalfarm.build import hook
+        from evalfarm.build.cache import ExtensionCache
+        from evalfarm.tasks.format import exec_module
 
+        torch = self.torch
         ext_state = hook.install(ExtensionCache(init["cache_dir"]), init["arch"])
         try:
             cand_mod = exec_module(init["candidate_source"], "evalfarm_candidate", "candidate.py")
@@ -174,30 +217,15 @@ class Worker:
             if model_new is None:
                 raise AttributeError("the candidate module defines no ModelNew")
             torch.manual_seed(init["weight_seed"])
-            self.cand = model_new(*init["init_inputs"]).to(device)
+            self.model = model_new(*init["init_inputs"]).to(device)
             self._sync()
         except hook.CompileError:
             self.fail("compile", ext_state.compile_error)
         except BaseException as err:  # noqa: BLE001 - a broken candidate is a verdict, not a crash
             kind = _error_kind(err)
             self.fail(kind if kind == "cuda_fault" else "load", traceback.format_exc())
-        torch.set_grad_enabled(False)
-        self.snapshot = StateSnapshot()
-        self.send({
-            "op": "ready",
-            "load_s": (_perf_ns() - load_start) / 1e9,
-            "isolation": self.isolation,
-            "extensions": [{"name": b.name, "key": b.key, "cache_hit": b.cache_hit, "seconds": b.seconds}
-                           for b in ext_state.built],
-        })
-        while True:
-            msg = self.wire.recv_json(self.conn, None)
-            if msg.get("op") == "rounds":
-                self.run_rounds(msg["rounds"])
-            else:
-                break
-        self.conn.close()
-        os._exit(0)
+        return [{"name": b.name, "key": b.key, "cache_hit": b.cache_hit, "seconds": b.seconds}
+                for b in ext_state.built]
 
     def _args(self, spec: list[list[Any]]) -> list[Any]:
         out = []
@@ -208,7 +236,31 @@ class Worker:
                 out.append(item[1])
         return out
 
-    def _timed(self, fn: Any, args: list[Any]) -> tuple[Any, int, float | None]:
+    def _probe_once(self) -> float:
+        t0 = _perf_ns()
+        self._probe.add_(1)
+        self._sync()
+        return (_perf_ns() - t0) / 1e9
+
+    def _wait_quiet(self) -> tuple[bool, float]:
+        """Wait until nothing else runs on the GPU (reference worker, CUDA only).
+
+        The candidate's process is stopped while the reference runs, but work it queued on the
+        GPU before that would still run, and share the device with the reference's call. A tiny
+        probe kernel returns at once on an idle device and waits for a time slice on a busy one;
+        three quick probes in a row mean quiet. Returns (quiet, seconds waited)."""
+        limit = max(5 * self._quiet_baseline_s, self._quiet_baseline_s + QUIET_MARGIN_S)
+        start = _perf_ns()
+        quick = 0
+        while quick < 3:
+            quick = quick + 1 if self._probe_once() <= limit else 0
+            if (_perf_ns() - start) / 1e9 > QUIET_WAIT_S:
+                return False, (_perf_ns() - start) / 1e9
+        return True, (_perf_ns() - start) / 1e9
+
+    def prepare(self) -> dict[str, Any]:
+        """Everything before a timed call that is not the call: it runs before the judge writes
+        the call's inputs, so none of it can see them."""
         if self._poison is not None:  # first: the flush and the sync below come after it
             try:
                 self._poison()
@@ -219,6 +271,19 @@ class Worker:
         if self._flush_buf is not None:
             self._flush_buf.zero_()
         self._sync()
+        reply: dict[str, Any] = {"op": "prepared"}
+        if self._quiet_baseline_s is not None:
+            quiet, waited = self._wait_quiet()
+            if not quiet:
+                return {"op": "busy", "waited_s": waited}
+            if waited > 3 * self._quiet_baseline_s + QUIET_MARGIN_S:
+                reply["quiet_wait_s"] = waited
+            if self._flush_buf is not None:  # the probes touched the L2 again
+                self._flush_buf.zero_()
+                self._sync()
+        return reply
+
+    def _timed(self, fn: Any, args: list[Any]) -> tuple[Any, int, float | None]:
         if self.is_cuda:
             e0, e1 = self._event(enable_timing=True), self._event(enable_timing=True)
             e0.record()
@@ -231,73 +296,34 @@ class Worker:
         ev = e0.elapsed_time(e1) * 1000.0 if self.is_cuda else None
         return out, t1 - t0, ev
 
-    def run_rounds(self, rounds: list[dict[str, Any]]) -> None:
-        """Run each round and answer it at once (the judge bounds every round's wait)."""
-        for rd in rounds:
-            reply = self.run_round(rd)
-            self.send(reply)
-            if reply["op"] != "round":
-                return
-
-    def run_round(self, rd: dict[str, Any]) -> dict[str, Any]:
+    def run_call(self, rd: dict[str, Any]) -> dict[str, Any]:
         r = int(rd["r"])
-        timings: dict[str, Any] = {"r": r}
-        cand_out = ref_out = None
-        ref_args = self._args(rd["ref"])
-        cand_args = self._args(rd["cand"])
-        # The state check runs before the round and after it, never between the two calls, so
-        # neither call pays for it (a cache-polluting check before one call biases the ratio).
-        problem = self._state_problem(r)
-        if problem:
-            return problem
-        for which in (("ref", "cand") if rd["first"] == "ref" else ("cand", "ref")):
-            if which == "ref":
-                try:
-                    ref_out, t, ev = self._timed(self.ref, ref_args)
-                except BaseException as err:  # noqa: BLE001
-                    return {"op": "error", "kind": "reference", "round": r,
-                            "detail": f"{type(err).__name__}: {err}"[-4000:]}
-                timings["t_ref"], timings["e_ref"] = t, ev
-            else:
-                try:
-                    cand_out, t, ev = self._timed(self.cand, cand_args)
-                except BaseException as err:  # noqa: BLE001
-                    return {"op": "error", "kind": _error_kind(err), "round": r,
-                            "detail": traceback.format_exc()[-8000:]}
-                timings["t_cand"], timings["e_cand"] = t, ev
-        problem = self._state_problem(r)
-        if problem:
-            return problem
-        slots = [self.Slot.from_wire(s) for s in rd["out"]]
-        outs = list(cand_out) if isinstance(cand_out, tuple | list) else [cand_out]
-        problem = self._structure_problem(outs, cand_out, slots)
-        if problem:
-            return {"op": "error", "kind": "structure", "round": r, "detail": problem}
-        # Outside the timed calls, and the same in every round (audited or not).
-        ref_outs = [o for o in (ref_out if isinstance(ref_out, tuple | list) else [ref_out])
-                    if type(o) is self.torch.Tensor]
-        problem = alias_problem(outs, cand_args, self._prev_cand_storages,
-                                ref_outs, ref_args, self._prev_ref_storages)
-        if problem:
-            return {"op": "error", "kind": "persistent_output", "round": r, "detail": problem}
-        self._held = [*outs, *ref_outs]
-        self._prev_cand_storages = [_storage_span(o)[0] for o in outs if o.numel()]
-        self._prev_ref_storages = [_storage_span(o)[0] for o in ref_outs if o.numel()]
+        args = self._args(rd["in"])
         try:
-            for o, s in zip(outs, slots, strict=True):
+            out, t, ev = self._timed(self.model, args)
+        except BaseException as err:  # noqa: BLE001
+            kind = "infra" if self.role == REFERENCE else _error_kind(err)
+            return {"op": "error", "kind": kind, "round": r, "detail": traceback.format_exc()[-8000:]}
+        slots = [self.Slot.from_wire(s) for s in rd.get("out") or []]
+        outs = list(out) if isinstance(out, tuple | list) else [out]
+        if self.role == CANDIDATE:
+            problem = self._structure_problem(outs, out, slots)
+            if problem:
+                return {"op": "error", "kind": "structure", "round": r, "detail": problem}
+            # Outside the timed call, and the same in every round (audited or not).
+            problem = alias_problem(outs, args, self._prev_storages, self._ref_persists, self._ref_aliases_input)
+            if problem:
+                return {"op": "error", "kind": "persistent_output", "round": r, "detail": problem}
+            self._held = outs
+            self._prev_storages = [storage_span(o)[0] for o in outs if o.numel()]
+        try:
+            for o, s in zip(outs, slots, strict=False):
                 self.out_arena.view(s).copy_(o)
             self._sync()
         except BaseException as err:  # noqa: BLE001
-            return {"op": "error", "kind": _error_kind(err), "round": r,
-                    "detail": f"reading the candidate's output failed: {type(err).__name__}: {err}"}
-        return {"op": "round", **timings}
-
-    def _state_problem(self, r: int) -> dict[str, Any] | None:
-        changed = self.snapshot.changes()
-        if not changed:
-            return None
-        return {"op": "error", "kind": "global_state", "round": r,
-                "detail": "global state changed around a reference call: " + "; ".join(changed[:10])}
+            return {"op": "error", "kind": "infra" if self.role == REFERENCE else _error_kind(err), "round": r,
+                    "detail": f"reading the output failed: {type(err).__name__}: {err}"}
+        return {"op": "round", "r": r, "t": t, "e": ev}
 
     def _structure_problem(self, outs: list[Any], raw: Any, slots: list[Any]) -> str:
         from evalfarm.judge.arena import DTYPES

@@ -79,30 +79,27 @@ def test_constant_output_on_tiny_task_is_incorrect_even_under_kernelbench(build_
     assert "output is constant (all 0.0) while the reference varies" in r.detail
 
 
-def test_stale_reference_temporary_is_poisoned_before_the_candidate_call(build_pool, tmp_path, monkeypatch):
-    # In a round where the reference runs first, its freed x @ w temporary is the block a fresh
-    # torch.empty of the output's size gets; free memory is poisoned before every call, so the
-    # candidate never finds a finished product there and has to do the matmul itself. (On CPU
-    # the poisoning is the operator's choice, off by default; on CUDA it is on by default.)
-    monkeypatch.setenv("EVALFARM_WORKER_POISON", "1")
+def test_stale_reference_temporary_never_reaches_the_candidate(build_pool, tmp_path, monkeypatch):
+    # The attack looks in fresh memory for the reference's freed x @ w temporary of the same
+    # round. The reference runs in its own worker process, so even with free-memory poisoning
+    # off (the CPU default) there is nothing of the reference's to find: the candidate has to do
+    # the matmul itself in every call. (In one shared process it found it in 44 to 128 of 384
+    # calls without poisoning.)
+    monkeypatch.setenv("EVALFARM_WORKER_POISON", "0")
     r, reused, calls = stale_memory_attack(build_pool, tmp_path, QUICK)
-    assert "free memory poisoned before every call (glibc main heap)" in r.evidence.isolation, \
-        r.evidence.isolation
+    assert "free memory not poisoned: EVALFARM_WORKER_POISON=0" in r.evidence.isolation
     assert calls >= QUICK.num_correctness_inputs
     assert reused == 0, f"the candidate found a finished x @ w in fresh memory in {reused} of {calls} calls"
     assert r.verdict is Verdict.OK, r.detail  # its honest fallback is correct
     assert r.speedup is not None and r.speedup < 1.5, r.evidence.timing  # the matmul plus its probes
 
 
-def test_stale_memory_attack_succeeds_without_poisoning(build_pool, tmp_path, monkeypatch):
-    # The control for the test above: without poisoning the same candidate does reuse the
-    # reference's temporary (in 44 to 128 of 384 calls when measured), and every audit still
-    # passes. So the zero above is the defence's doing, not an attack that never fires.
-    monkeypatch.setenv("EVALFARM_WORKER_POISON", "0")
+def test_poisoning_is_reported_when_switched_on(build_pool, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALFARM_WORKER_POISON", "1")
     r, reused, calls = stale_memory_attack(build_pool, tmp_path, QUICK)
-    assert "free memory not poisoned: EVALFARM_WORKER_POISON=0" in r.evidence.isolation
-    assert reused > 0, f"the attack never fired in {calls} calls: the test above proves nothing here"
-    assert r.verdict is Verdict.OK, r.detail
+    assert "free memory poisoned before every call (glibc main heap)" in r.evidence.isolation, \
+        r.evidence.isolation
+    assert reused == 0 and r.verdict is Verdict.OK, r.detail
 
 
 def test_free_blocks_reads_both_snapshot_formats():
@@ -151,26 +148,31 @@ def test_alias_problem_allows_what_the_reference_does_too():
     import torch
 
     from evalfarm.judge import worker
+    from evalfarm.judge.judge import reference_alias_facts
 
-    worker.Tensor = torch.Tensor
     arena = torch.zeros(1024)
-    x_ref, x_cand = arena[:256], arena[512:768]
+    x_cand = arena[512:768]
     fresh, view = torch.ones(256), x_cand.view(16, 16)
     # fresh memory: fine
-    assert worker.alias_problem([fresh], [x_cand], [], [torch.ones(256)], [x_ref], []) == ""
+    assert worker.alias_problem([fresh], [x_cand], [], ref_persists=False, ref_aliases_input=False) == ""
     # a view of the input, where the reference returns fresh memory: flagged
-    msg = worker.alias_problem([view], [x_cand], [], [torch.ones(256)], [x_ref], [])
+    msg = worker.alias_problem([view], [x_cand], [], ref_persists=False, ref_aliases_input=False)
     assert "shares memory with the candidate's inputs" in msg
     # ... but not when the reference returns a view of its own input too
-    assert worker.alias_problem([view], [x_cand], [], [x_ref.view(16, 16)], [x_ref], []) == ""
+    assert worker.alias_problem([view], [x_cand], [], ref_persists=False, ref_aliases_input=True) == ""
     # the same storage as last round: flagged unless the reference's output persists as well
     prev = [fresh.untyped_storage().data_ptr()]
-    ref_out = torch.ones(256)
-    assert "previous call" in worker.alias_problem([fresh], [x_cand], prev, [ref_out], [x_ref], [])
-    ref_prev = [ref_out.untyped_storage().data_ptr()]
-    assert worker.alias_problem([fresh], [x_cand], prev, [ref_out], [x_ref], ref_prev) == ""
+    assert "previous call" in worker.alias_problem([fresh], [x_cand], prev, False, False)
+    assert worker.alias_problem([fresh], [x_cand], prev, ref_persists=True, ref_aliases_input=False) == ""
     # empty outputs own no memory
-    assert worker.alias_problem([torch.empty(0)], [x_cand], [0], [torch.ones(1)], [x_ref], []) == ""
+    assert worker.alias_problem([torch.empty(0)], [x_cand], [0], False, False) == ""
+    # the judge learns the reference's behaviour from two of its own calls
+    x1, x2 = torch.randn(256), torch.randn(256)
+    assert reference_alias_facts(torch.relu(x1), torch.relu(x2), [x2]) == \
+        {"ref_persists": False, "ref_aliases_input": False}
+    assert reference_alias_facts(x1.view(16, 16), x2.view(16, 16), [x2])["ref_aliases_input"] is True
+    buf = torch.zeros(256)
+    assert reference_alias_facts(buf, buf, [x2])["ref_persists"] is True
 
 
 def test_shrinking_hyperparameters_and_weights_in_init_is_incorrect(task, build_pool):
@@ -186,3 +188,15 @@ def test_filling_the_disk_past_the_file_size_limit_fails(task, build_pool):
     assert r.verdict is Verdict.RUNTIME_ERROR, (r.verdict, r.detail)
     assert r.speedup is None
     assert "File too large" in r.detail or "SIGXFSZ" in r.detail, r.detail
+
+
+@pytest.mark.parametrize("attack", ["forward_hook_steal_reference.py", "forward_hook_slow_reference.py",
+                                    "forward_hook_work_in_reference.py"])
+def test_global_forward_hooks_never_reach_the_reference(task, build_pool, attack):
+    # Three attacks paid 3.57x, 6.96x and 27.6x when the reference ran in the candidate's
+    # process. In its own worker the hooks never fire on it: each candidate does the reference's
+    # own work and scores like it.
+    r = _score(task, RUNTIME / attack, build_pool)
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
+    assert r.speedup is not None and r.speedup <= 1.4, (r.speedup, r.evidence.timing)
+    assert any("reference computed and timed in its own worker process" in n for n in r.evidence.isolation)
