@@ -21,8 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalfarm.guards.findings import Finding
 from evalfarm.guards.policy import GuardPolicy
-from evalfarm.guards.static_checks import Finding
 
 __all__ = ["DynamicSymbol", "ElfError", "check_extension_symbols", "read_dynamic_symbols"]
 
@@ -127,11 +127,10 @@ class _SymRule:
     guard: str
     pattern: re.Pattern[str]  # matched against the plain and the demangled name
     reason: str
-    flag: str | None = None
 
 
-def _r(guard: str, pattern: str, reason: str, flag: str | None = None) -> _SymRule:
-    return _SymRule(guard, re.compile(pattern), reason, flag)
+def _r(guard: str, pattern: str, reason: str) -> _SymRule:
+    return _SymRule(guard, re.compile(pattern), reason)
 
 
 _IMPORT_RULES: tuple[_SymRule, ...] = (
@@ -141,14 +140,13 @@ _IMPORT_RULES: tuple[_SymRule, ...] = (
        # Not getStreamFromPool or setCurrentCUDAStream: torch's CUDA headers (CUDAContext.h,
        # CUDAGuard.h) emit inline helpers that import them in honest extensions; the source
        # check catches explicit calls.
-       "creates or switches CUDA streams; work on a side stream escapes the timer",
-       "allow_streams"),
+       "creates or switches CUDA streams; work on a side stream escapes the timer"),
     _r("host_thread", r"^(pthread_create|thrd_create|clone|clone3)$|^_ZNSt6thread|^_ZNSt7jthread|"
        r"std::thread::|std::jthread::|boost::thread",
-       "starts host threads that can outlive the timed call", "allow_threads"),
+       "starts host threads that can outlive the timed call"),
     _r("cuda_graph", r"^(cudaGraph\w*|cuGraph\w*|cudaStreamBeginCapture\w*|cudaStreamEndCapture|"
        r"cuStreamBeginCapture\w*|cuStreamEndCapture)$|at::cuda::CUDAGraph",
-       "uses CUDA graphs", "allow_cuda_graphs"),
+       "uses CUDA graphs"),
     _r("l2_persistence", r"^(cudaDeviceSetLimit|cudaStreamSetAttribute|cudaCtxResetPersistingL2Cache|"
        r"cuCtxSetLimit|cuStreamSetAttribute|cudaGraphKernelNodeSetAttribute|"
        r"cuCtxResetPersistingL2Cache)$",
@@ -157,14 +155,17 @@ _IMPORT_RULES: tuple[_SymRule, ...] = (
        r"cuGetProcAddress\w*)$",
        "looks functions up at run time; the import table no longer shows what it calls"),
     _r("process_abuse", r"^(fork|vfork|execve|execv|execvp|execvpe|execl|execle|execlp|fexecve|"
-       r"system|popen|posix_spawn|posix_spawnp|kill|killpg|_exit|_Exit|quick_exit|ptrace|prctl|"
-       r"setrlimit|prlimit|prlimit64|sigaction|signal|cudaDeviceReset|cuCtxDestroy\w*|"
-       r"cuDevicePrimaryCtxReset\w*)$",
-       "controls the process (fork/exec/signals/exit/context reset)"),
+       r"system|popen|posix_spawn|posix_spawnp|kill|killpg|ptrace)$",
+       "starts, replaces or signals processes (fork/exec/kill)"),
+    _r("process_exit", r"^(_exit|_Exit|quick_exit|prctl|setrlimit|prlimit|prlimit64|sigaction|"
+       r"signal|cudaDeviceReset|cuCtxDestroy\w*|cuDevicePrimaryCtxReset\w*)$",
+       "ends or reconfigures the worker process (exit/signals/limits/context reset)"),
     _r("network", r"^(socket|connect|bind|listen|accept|accept4|getaddrinfo|gethostbyname\w*|"
        r"curl_\w+)$", "network access"),
-    _r("filesystem", r"^(shm_open|mkfifo|unlink|remove|rename|fopen64|open64|creat|creat64|"
-       r"memfd_create)$", "touches files or shared memory"),
+    _r("filesystem", r"^(mkfifo|mknod|unlink|unlinkat|remove|rename|renameat|rmdir|chmod|chown|"
+       r"truncate|symlink|link)$", "destructive filesystem operation"),
+    _r("file_access", r"^(shm_open|fopen64|open64|creat|creat64|memfd_create)$",
+       "touches files or shared memory"),
 )
 
 # Names an extension must never define itself: the timer, synchronisation, loader and clock.
@@ -190,6 +191,10 @@ def check_extension_symbols(
 ) -> list[Finding]:
     """Check the dynamic symbols of a built extension (``.so``). Raises ElfError if unreadable.
 
+    Returns ALL findings, each with ``blocking`` set for ``policy`` (symbol interposition,
+    fork/exec/kill, sockets and destructive file operations block; streams, threads and CUDA
+    graphs block only where the policy forbids them; the rest is evidence).
+
     Imports: streams, threads, CUDA graphs, L2 persistence, dlopen/dlsym, fork/exec/signals,
     sockets. Exports: any definition that could interpose on the CUDA runtime/driver, libc
     clocks, the loader, Python, or a non-inline torch/ATen/c10 function (``symbol_interposition``).
@@ -204,7 +209,7 @@ def check_extension_symbols(
     def add(guard: str, text: str) -> None:
         if (guard, text) not in seen:
             seen.add((guard, text))
-            findings.append(Finding(guard, text))
+            findings.append(Finding(guard, text, None, policy.blocks(guard)))
 
     for sym in symbols:
         plain = sym.name.split("@")[0]
@@ -212,8 +217,6 @@ def check_extension_symbols(
         shown = pretty or plain
         if not sym.defined:
             for rule in _IMPORT_RULES:
-                if policy.allows(rule.flag):
-                    continue
                 if rule.pattern.search(plain) or (pretty and rule.pattern.search(pretty)):
                     add(rule.guard, f"{path.name} imports `{shown}`: {rule.reason}")
             continue

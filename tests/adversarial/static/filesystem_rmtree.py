@@ -1,10 +1,10 @@
 # ruff: noqa
 # expect: filesystem
+import shutil
 import torch.nn as nn
 
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        with open("/dev/shm/result.bin", "wb") as f:
-            f.write(b"1")
+        shutil.rmtree("/tmp/evalfarm-cache", ignore_errors=True)
         return x

@@ -1,11 +1,9 @@
 # ruff: noqa
-# expect: harness_access
-import ctypes
+# expect: process_exit
+import sys
 import torch.nn as nn
-
-libc = ctypes.CDLL(None)
 
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        return x
+        sys.exit(0)
