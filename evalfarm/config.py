@@ -24,7 +24,10 @@ class ScoreConfig:
     device: str = "cpu"  # "cpu", "cuda" or "cuda:N"
     num_correctness_inputs: int = 1000
     tolerance: TolerancePolicy = "strict"
-    guard_policy: str = "paper"  # static-guard policy: "paper", "strict" or "permissive"
+    # Which static findings decide a verdict alone (evalfarm.guards.policy): "honest" (default:
+    # only what is unsafe to run or invisible at run time), "paper" (KernelBench's rules: no reduced
+    # precision, side streams, host threads or CUDA graphs), "strict", or "permissive" (= honest).
+    guard_policy: str = "honest"
     # Timing protocol.
     timing_budget_s: float = 10.0
     target_ci: float = 0.01  # stop when the 95% CI half-width of the score is within this fraction
@@ -37,7 +40,9 @@ class ScoreConfig:
     timeout_factor: float = 1000.0  # a call may take this many times the reference's time
     min_call_timeout_s: float = 2.0
     load_timeout_s: float = 120.0
-    first_call_timeout_s: float = 60.0  # extra allowance for the first call (lazy JIT, autotuning)
+    # Extra time, shared by the calls before the first timed round (round < max(warmup_rounds, 1)),
+    # for work a first call may do lazily: building, autotuning, torch.compile, load_inline in forward.
+    first_call_timeout_s: float = 60.0
     build_timeout_s: float = 180.0
     # Which of the task's size profiles to use: "auto" = "small" on CPU when the task has one.
     size_profile: str = "auto"
@@ -57,8 +62,10 @@ class ScoreConfig:
             raise ConfigError("num_correctness_inputs must be in [1, 100000]")
         if self.tolerance not in ("strict", "kernelbench"):
             raise ConfigError(f"tolerance must be 'strict' or 'kernelbench', got {self.tolerance!r}")
-        if self.guard_policy not in ("paper", "strict", "permissive"):
-            raise ConfigError(f"guard_policy must be 'paper', 'strict' or 'permissive', got {self.guard_policy!r}")
+        from evalfarm.guards.policy import GuardPolicy
+
+        if self.guard_policy not in GuardPolicy.NAMES:
+            raise ConfigError(f"guard_policy must be one of {', '.join(GuardPolicy.NAMES)}, got {self.guard_policy!r}")
         if not 0.0 < self.timing_budget_s <= 3600:
             raise ConfigError("timing_budget_s must be in (0, 3600]")
         if not 0.0 < self.target_ci < 1.0:

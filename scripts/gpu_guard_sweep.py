@@ -1,10 +1,14 @@
-"""False-positive sweep: score every built-in variant that runs on the device once, with all guards on.
+"""Score every built-in variant that runs on the device once, with all guards on; optionally also an
+identical copy of each task's reference.
 
-    python scripts/gpu_guard_sweep.py --device cuda --out sweep.json [--kinds fast,identical]
+    python scripts/gpu_guard_sweep.py --device cuda --kinds fast,identical --out sweep.json
+    python scripts/gpu_guard_sweep.py --root /path/to/other/checkout ...   # another version's farm
 
-An honest variant must come back OK; the table shows each verdict, the speedup, whether the
-physical-floor gate applied (and its floor), and the worker's isolation/poisoning report.
-Exit status 1 when any honest variant is not OK.
+An honest variant must come back OK; an identical copy must score 1.00 within noise. The table
+shows each verdict, the speedup with its 95% CI, the median reference and candidate call times,
+and whether the physical-floor gate applied. ``--root`` imports ``evalfarm`` from another
+checkout, so two versions of the farm can be compared on one machine in one session (the
+built-in suite and its variants come from that checkout too). Exit status 1 when any is not OK.
 """
 
 from __future__ import annotations
@@ -15,24 +19,35 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evalfarm.build import BuildPool  # noqa: E402
-from evalfarm.config import ScoreConfig  # noqa: E402
-from evalfarm.scoring import score  # noqa: E402
-from evalfarm.tasks import builtin_suite  # noqa: E402
-
-
-def main() -> int:
+def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
-    p.add_argument("--kinds", default="fast")
+    p.add_argument("--kinds", default="fast", help="comma list of variant kinds, plus 'identical'")
     p.add_argument("--inputs", type=int, default=50)
     p.add_argument("--budget", type=float, default=1.0)
     p.add_argument("--max-seconds", type=float, default=400)
     p.add_argument("--tasks", default="", help="comma list like L1/1,L2/3 (default: all)")
+    p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
+                   help="the checkout whose evalfarm is used (default: this one)")
+    p.add_argument("--label", default="", help="a name for this run in the JSON")
     p.add_argument("--out", type=Path, default=None)
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def identical_source(task_source: str) -> str:
+    """The task's own reference, renamed to ModelNew: it must score 1.00."""
+    return task_source.replace("class Model(", "class ModelNew(").replace("super(Model, self)", "super(ModelNew, self)")
+
+
+def main() -> int:
+    args = _args()
+    sys.path.insert(0, str(args.root.resolve()))
+    from evalfarm.build import BuildPool
+    from evalfarm.config import ScoreConfig
+    from evalfarm.scoring import as_candidate, score
+    from evalfarm.tasks import builtin_suite
+
     suite = builtin_suite()
     kinds = set(args.kinds.split(","))
     cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs, timing_budget_s=args.budget,
@@ -45,29 +60,38 @@ def main() -> int:
             if args.tasks and key not in args.tasks.split(","):
                 continue
             task = suite.load(key)
-            for v in suite.variants(key):
-                if v.kind not in kinds or not v.runs_on(args.device):
-                    continue
+            todo = [(v.path.name, v.kind, v.load()) for v in suite.variants(key)
+                    if v.kind in kinds and v.runs_on(args.device)]
+            if "identical" in kinds:
+                todo.append(("identical", "identical", as_candidate(identical_source(task.source))))
+            for name, kind, cand in todo:
                 if time.monotonic() - start > args.max_seconds:
-                    print(f"time cap reached before {key} {v.path.name}", file=sys.stderr)
+                    print(f"time cap reached before {key} {name}", file=sys.stderr)
                     break
-                r = score(task, v.load(), cfg, build_pool=pool)
+                t0 = time.monotonic()
+                r = score(task, cand, cfg, build_pool=pool)
                 floor = r.evidence.physical_floor or {}
-                row = {"task": key, "variant": v.path.name, "verdict": r.verdict.value, "speedup": r.speedup,
+                t = r.evidence.timing
+                row = {"task": key, "variant": name, "kind": kind, "verdict": r.verdict.value, "speedup": r.speedup,
+                       "raw": t.raw_speedup if t else None, "ci": [t.ci_low, t.ci_high] if t else None,
+                       "ref_us": t.ref_time_us_median if t else None, "cand_us": t.cand_time_us_median if t else None,
                        "detail": r.detail[:300], "floor_applied": floor.get("applied"),
-                       "floor_us": floor.get("floor_us"), "cand_us": floor.get("cand_time_us_median"),
+                       "guards": r.evidence.guards, "seconds": time.monotonic() - t0,
                        "isolation": r.evidence.isolation}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.out:
-        args.out.write_text(json.dumps(rows, indent=2))
+        args.out.write_text(json.dumps({"label": args.label, "root": str(args.root), "rows": rows}, indent=2))
     bad = [r for r in rows if r["verdict"] != "OK"]
-    print(f"{'task':<7}{'variant':<34}{'verdict':<15}{'speedup':>8}  floor")
+    print(f"{'task':<7}{'variant':<34}{'verdict':<15}{'speedup':>8}{'raw':>8}{'ref us':>10}{'cand us':>10}{'s':>6}")
     for r in rows:
         sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}"
-        fl = "n/a" if not r["floor_applied"] else f"{r['floor_us']:.1f} us vs {r['cand_us']:.1f} us"
-        print(f"{r['task']:<7}{r['variant'][:33]:<34}{r['verdict']:<15}{sp:>8}  {fl}")
-    print(f"{len(rows) - len(bad)}/{len(rows)} honest variants OK")
+        raw = "-" if r["raw"] is None else f"{r['raw']:.3f}"
+        ref = "-" if r["ref_us"] is None else f"{r['ref_us']:.1f}"
+        cu = "-" if r["cand_us"] is None else f"{r['cand_us']:.1f}"
+        print(f"{r['task']:<7}{r['variant'][:33]:<34}{r['verdict']:<15}{sp:>8}{raw:>8}{ref:>10}{cu:>10}"
+              f"{r['seconds']:>6.1f}")
+    print(f"{args.label or args.root}: {len(rows) - len(bad)}/{len(rows)} honest candidates OK")
     return 1 if bad else 0
 
 

@@ -80,12 +80,14 @@ def test_doing_the_work_twice_scores_half(relu_task, data_dir, build_pool):
 
 
 def test_side_stream_work_is_timed_and_the_gap_reported(relu_task, data_dir, build_pool):
-    # Under the default policy the static guard refuses it outright ...
-    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool)
+    # The "paper" policy (KernelBench's rules) refuses side streams outright ...
+    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool, guard_policy="paper")
     assert r.verdict is Verdict.HACK_DETECTED and "side_stream" in r.detail
-    # ... and with the guard off, the device-wide sync still times the work honestly.
-    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool, guard_policy="permissive")
+    # ... and under the default policy the finding testifies while the device-wide sync times
+    # the work honestly.
+    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool)
     assert r.verdict is Verdict.OK, r.detail
+    assert any(f["guard"] == "side_stream" and not f["blocking"] for f in r.evidence.static_findings)
     assert r.speedup <= 0.5, r.evidence.timing  # three relus on a side stream are not free
     assert r.evidence.timing.event_wall_gap is not None and r.evidence.timing.event_wall_gap > 3
     assert any(g.startswith("event_wall_gap") for g in r.evidence.guards)
@@ -102,7 +104,7 @@ def test_thousand_input_correctness_is_quick_on_a_level1_task(build_pool):
     assert r.evidence.correctness_inputs == 1000
     # H200, 2026-11-21: 4.95-5.10 s without free-memory poisoning, 5.52-5.64 s with it (two
     # calls per input, each preceded by an allocator snapshot and fills; docs/security.md).
-    assert r.evidence.phases_s["correctness"] < 8.0, r.evidence.phases_s
+    assert r.evidence.phases_s["correctness"] < 12.0, r.evidence.phases_s
 
 
 def test_builtin_cuda_variants_pass_static_and_symbol_guards():
@@ -126,7 +128,8 @@ def test_builtin_cuda_variants_pass_static_and_symbol_guards():
             for v in suite.variants(entry.task_id):
                 if v.devices == "cuda":
                     src = v.load().source
-                    assert check_candidate_source(src, reference_source=task.source) == [], v.path
+                    findings = check_candidate_source(src, reference_source=task.source)
+                    assert [f for f in findings if f.blocking] == [], (v.path, findings)
                     builds.append((v, pool.submit(src, arch)))
         reports = [(v, f.result()) for v, f in builds]
     problems = []
@@ -135,7 +138,7 @@ def test_builtin_cuda_variants_pass_static_and_symbol_guards():
         for ext in report.extensions:
             imports = sorted({s.name for s in read_dynamic_symbols(ext["so_path"]) if not s.defined})
             print(v.path.name, "imports:", " ".join(n for n in imports if not n.startswith(("Py", "_Py"))))
-            problems += [(v.path.name, f) for f in check_extension_symbols(ext["so_path"])]
+            problems += [(v.path.name, f) for f in check_extension_symbols(ext["so_path"]) if f.blocking]
             checked += 1
     assert problems == []
     assert checked >= 6

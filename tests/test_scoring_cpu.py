@@ -158,16 +158,28 @@ def test_syntax_error_candidate_is_compile_error_verdict(task, build_pool):
     assert r.verdict is Verdict.COMPILE_ERROR and "line 1" in r.detail
 
 
-def test_static_guard_fires_before_anything_runs(task, build_pool):
+def test_a_blocking_static_finding_decides_before_anything_runs(task, build_pool):
     from evalfarm.tasks import Candidate
 
     src = ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
            "    def __init__(self, scale):\n        super().__init__()\n        self.s = torch.cuda.Stream()\n"
            "    def forward(self, x):\n        return x\n")
     t0 = time.monotonic()
-    r = score(task, Candidate(source=src), QUICK, build_pool=build_pool)
+    # Side streams are an optional behaviour: the "paper" policy forbids them, so the finding blocks.
+    r = score(task, Candidate(source=src), QUICK.replace(guard_policy="paper"), build_pool=build_pool)
     assert r.verdict is Verdict.HACK_DETECTED and "side_stream" in r.detail
     assert time.monotonic() - t0 < 5 and "judge_setup" not in r.evidence.phases_s
+    assert [f["guard"] for f in r.evidence.static_findings if f["blocking"]] == ["side_stream"]
+
+
+def test_a_testifying_static_finding_is_evidence_and_the_runtime_decides(task, data_dir, build_pool):
+    # Under the default policy the same finding testifies: it is in the evidence with its line,
+    # and the candidate (which touches no stream on CPU) is judged by what it does at run time.
+    src = (data_dir / "cand_same.py").read_text() + "\n_S = None\ntry:\n    _S = torch.cuda.Stream\nexcept Exception:\n    pass\n"
+    r = score(task, as_candidate(src), QUICK, build_pool=build_pool)
+    assert r.verdict is Verdict.OK, r.detail
+    found = [f for f in r.evidence.static_findings if f["guard"] == "side_stream"]
+    assert found and not found[0]["blocking"] and found[0]["line"], r.evidence.static_findings
 
 
 def _ok(speedup: float):

@@ -54,15 +54,31 @@ def test_cuda_graph_replaying_the_first_input_is_not_ok(relu_task, build_pool):
 
 
 @pytest.mark.parametrize("when", ["forward", "init"])
-def test_persisting_l2_set_aside_is_a_global_state_change(relu_task, build_pool, when):
+def test_persisting_l2_set_aside_gains_nothing(relu_task, build_pool, when):
+    # A set-aside in the candidate's own context is its own business; every persisting line is
+    # demoted and the L2 flushed before each timed call (in both workers), so nothing it pinned
+    # survives into the next call, and the reference's context is untouched.
     source = (GPU / "persisting_l2.py").read_text().replace('WHEN = "forward"', f'WHEN = "{when}"')
     assert f'WHEN = "{when}"' in source
     r = _score(relu_task, source, build_pool)
     if r.verdict in (Verdict.LOAD_ERROR, Verdict.RUNTIME_ERROR) and "cuCtxSetLimit failed" in r.detail:
         pytest.skip(f"this device refuses a persisting-L2 set-aside (MIG or MPS?): {r.detail[-300:]}")
-    assert r.verdict is Verdict.HACK_DETECTED, (r.verdict, r.detail)
-    assert r.detail.startswith("guard global_state:"), r.detail
-    assert "cuda.persisting_l2_limit: 0 -> " in r.detail, r.detail
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
+    assert r.speedup <= 1.15, r.evidence.timing
+
+
+def test_work_left_running_on_the_gpu_does_not_slow_the_reference(relu_task, build_pool):
+    # A host thread launches a long burst of GPU work right after each of the candidate's calls
+    # returns (after the worker's device-wide sync). The candidate's process is stopped before
+    # the reference runs, but its queued kernels would still share the device with the
+    # reference's call; the reference worker waits for the device to go quiet first.
+    r = _score(relu_task, GPU / "lingering_work.py", build_pool)
+    assert r.verdict in (Verdict.OK, Verdict.HACK_DETECTED), (r.verdict, r.detail)
+    if r.verdict is Verdict.OK:
+        assert r.speedup <= 1.15, r.evidence.timing
+        assert any(g.startswith("gpu_quiet_wait") for g in r.evidence.guards), r.evidence.guards
+    else:
+        assert "lingering_gpu_work" in r.detail, r.detail
 
 
 def test_kernel_that_never_ends_is_timeout_and_the_device_recovers(relu_task, data_dir, build_pool):
@@ -84,19 +100,21 @@ def test_kernel_that_never_ends_is_timeout_and_the_device_recovers(relu_task, da
 def test_side_stream_created_in_cpp_is_timed_and_the_gap_reported(relu_task, build_pool):
     # tests/test_gpu.py covers a torch.cuda.Stream in Python; this one creates its own
     # non-blocking stream with cudaStreamCreateWithFlags and returns without waiting for it.
-    # "permissive" lets the judge's symbol check accept the cudaStreamCreateWithFlags import.
-    r = _score(relu_task, GPU / "side_stream_cpp.py", build_pool, guard_policy="permissive")
+    # Under the default policy the judge's symbol check reports the cudaStreamCreateWithFlags
+    # import as evidence; the device-wide sync times the work.
+    r = _score(relu_task, GPU / "side_stream_cpp.py", build_pool)
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
     assert r.speedup <= 0.5, r.evidence.timing  # three relus on the side stream are timed, not free
     t = r.evidence.timing
     assert t.event_wall_gap is not None and t.event_wall_gap > 3, t
     assert any(g.startswith("event_wall_gap") for g in r.evidence.guards), r.evidence.guards
+    assert any(f["guard"] == "side_stream" and not f["blocking"] for f in r.evidence.static_findings)
     floor = r.evidence.physical_floor
     assert floor and not floor["violated"], floor  # 128 MiB of output: the gate ran and stayed silent
 
 
-def test_side_stream_created_in_cpp_is_refused_by_the_symbol_check_under_the_default_policy(relu_task, build_pool):
+def test_side_stream_created_in_cpp_is_refused_by_the_symbol_check_under_the_paper_policy(relu_task, build_pool):
     # With the source check off, the judge's ELF check of the built extension still sees the import.
-    r = _score(relu_task, GPU / "side_stream_cpp.py", build_pool)
+    r = _score(relu_task, GPU / "side_stream_cpp.py", build_pool, guard_policy="paper")
     assert r.verdict is Verdict.HACK_DETECTED, (r.verdict, r.detail)
     assert "side_stream" in r.detail and "cudaStreamCreateWithFlags" in r.detail, r.detail
