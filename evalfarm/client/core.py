@@ -396,6 +396,16 @@ class AsyncFarmClient:
         self._push(job)
 
     # -- dispatch ------------------------------------------------------------------------
+    def call_limit_s(self, deadline_s: float) -> float:
+        """How long one dispatched call may take: its deadline, the daemon's queue, the wire."""
+        queue_wait = self.queue_wait_s if self.queue_wait_s is not None else (1 + self.queue_allowance) * deadline_s
+        return deadline_s + queue_wait + self.rpc_overhead_s
+
+    def result_limit_s(self, deadline_s: float) -> float:
+        """A bound on one sample's result once it is dispatched: every attempt of the first
+        measurement and of a re-verification (time waiting in this client's queue aside)."""
+        return 2 * self.max_attempts * self.call_limit_s(deadline_s)
+
     def _push(self, job: _Job) -> None:
         """Queue a job here (re-verifications first); its deadline does not run while it waits."""
         if job.timer is not None:
@@ -467,8 +477,7 @@ class AsyncFarmClient:
         job.attempts += 1
         job.tried.add(ep.target)
         # The deadline starts now, with the dispatch; the daemon's queue gets its own allowance.
-        queue_wait = self.queue_wait_s if self.queue_wait_s is not None else (1 + self.queue_allowance) * job.deadline_s
-        job.deadline = loop.time() + job.deadline_s + queue_wait + self.rpc_overhead_s
+        job.deadline = loop.time() + self.call_limit_s(job.deadline_s)
         job.timer = loop.call_at(job.deadline, self._expire, job)
         job.rpc = asyncio.ensure_future(self._run(job, ep))
         self._rpcs.add(job.rpc)
