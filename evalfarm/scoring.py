@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from evalfarm import sandbox
+from evalfarm import reverify, sandbox
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
@@ -30,8 +30,6 @@ from evalfarm.tasks.suite import resolve_task
 from evalfarm.verdict import Verdict
 
 log = logging.getLogger(__name__)
-
-REVERIFY_TOLERANCE = 0.10  # two measurements of an outlier agree when within 10% of the first
 
 _default_pool: BuildPool | None = None
 _default_pool_lock = threading.Lock()
@@ -169,43 +167,13 @@ class Evaluation:
         return result
 
     def _reverify(self, first: ScoreResult, arch: str) -> ScoreResult:
-        """Measure an outlier score again in a fresh judge and worker; keep it only if it agrees.
-
-        Agreement: the raw speedups differ by at most 10% of the first. Otherwise the result
-        with the lower speedup is returned. A second run that fails (the candidate is not
-        reliably correct) is returned as it is; a second INFRA_ERROR keeps the first result,
-        with the failure noted.
-        """
-        limit = self.config.reverify_above
-        if limit <= 0 or first.verdict is not Verdict.OK or first.speedup is None or first.speedup <= limit:
-            return first
-        if self._cancelled:
+        """Measure an outlier score again in a fresh judge and worker (rule: evalfarm.reverify)."""
+        if self._cancelled or not reverify.needs_reverification(first, above=self.config.reverify_above):
             return first
         second = self._judge_run(arch)
         if self._cancelled:
             return second
-        where = "fresh process, same device"
-        s1 = _raw_speedup(first)
-        if second.verdict is not Verdict.OK or second.speedup is None:
-            info = {"speedup": None, "agreed": False, "where": where, "verdict": second.verdict.value,
-                    "first_speedup": s1}
-            if second.verdict is Verdict.INFRA_ERROR:
-                first.evidence.reverified = {**info, "detail": second.detail[:2000]}
-                first.evidence.guards.append("reverify: the re-measurement could not run; score not re-verified")
-                return first
-            second.evidence.reverified = info
-            second.detail = f"first run scored {first.speedup:g}x but the re-measurement failed: {second.detail}"
-            return second
-        s2 = _raw_speedup(second)
-        agreed = abs(s2 - s1) <= REVERIFY_TOLERANCE * s1
-        info = {"speedup": s2, "agreed": agreed, "where": where, "first_speedup": s1}
-        kept = first if agreed or s1 <= s2 else second
-        kept.evidence.reverified = info
-        if not agreed:
-            kept.evidence.guards.append(
-                f"reverify: {s1:.4g}x and {s2:.4g}x in two fresh processes differ by more than "
-                f"{REVERIFY_TOLERANCE:.0%}; reporting the lower")
-        return kept
+        return reverify.merge(first, second, where="fresh process, same device")
 
     def _judge_run(self, arch: str) -> ScoreResult:
         cfg = self.config
@@ -256,13 +224,6 @@ def finding_dict(f: object) -> dict[str, object]:
         return to_dict()
     return {"guard": f.guard, "reason": f.reason, "line": getattr(f, "line", None),  # type: ignore[attr-defined]
             "blocking": getattr(f, "blocking", True)}
-
-
-def _raw_speedup(result: ScoreResult) -> float:
-    t = result.evidence.timing
-    if t is not None and t.raw_speedup > 0:
-        return float(t.raw_speedup)
-    return float(result.speedup or 0.0)
 
 
 def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None) -> Evaluation:

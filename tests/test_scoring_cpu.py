@@ -208,8 +208,9 @@ def _reverify(first, second, **changes):
 def test_outlier_that_reproduces_keeps_the_first_score():
     kept, calls = _reverify(_ok(5.0), _ok(5.3))
     assert calls == ["cpu"] and kept.speedup == 5.0
-    assert kept.evidence.reverified == {"speedup": 5.3, "agreed": True, "where": "fresh process, same device",
-                                        "first_speedup": 5.0}
+    assert kept.evidence.reverified == {"status": "agreed", "speedup": 5.3, "agreed": True,
+                                        "where": "fresh process, same device", "first_speedup": 5.0,
+                                        "tolerance": 0.10, "verdict": "OK"}
 
 
 def test_outlier_that_does_not_reproduce_returns_the_lower_score():
@@ -234,7 +235,8 @@ def test_reverification_only_above_the_limit_and_failures_win():
     assert kept.verdict is Verdict.HACK_DETECTED and "first run scored 6x" in kept.detail
     infra = ScoreResult(verdict=Verdict.INFRA_ERROR, detail="judge died")
     kept, _ = _reverify(_ok(6.0), infra)
-    assert kept.verdict is Verdict.OK and kept.evidence.reverified["agreed"] is False
+    assert kept.verdict is Verdict.OK and kept.speedup == 6.0 and kept.evidence.reverified["agreed"] is False
+    assert kept.evidence.reverified["status"] == "not_reverified" and "not re-verified" in kept.detail
 
 
 def test_reverify_config_is_validated():

@@ -7,13 +7,23 @@
   lost connections are retried on another daemon (up to `max_attempts`), a daemon that
   dies has everything in flight re-dispatched, and a per-sample deadline turns into an
   INFRA_ERROR "deadline exceeded" result, never a hang.
+- Deadlines count from dispatch, not from submission: a sample waiting in this client's
+  queue (all daemons busy) or in a daemon's queue does not burn its `deadline_s`. Each
+  dispatch sends `deadline_s` to the daemon, which counts it from when a slot starts the
+  evaluation; the call itself is bounded by `deadline_s + queue_wait_s + rpc_overhead_s`
+  from when it is sent (`queue_wait_s`: how long it may wait in the daemon's queue; by
+  default `(1 + queue_allowance) * deadline_s`). A sample that waits here while no daemon
+  it could go to is reachable fails after `deadline_s` of that ("no daemon available").
 - Identical submissions (same task, source and options) share one evaluation; the result
   is fanned out to every sample id.
-- Outlier scores (> 3x, or > 2x the best accepted so far for the task) are re-measured on
-  a different daemon (or, with only one, in a fresh evaluation on the same one) before
-  they are accepted; see `_combine_reverified` for the rules. The client is then the only
-  re-verifier: its requests carry reverify_above=0 unless the caller set it explicitly
-  (in-process scoring, `evalfarm.score`, re-verifies by itself).
+- Outlier scores (evalfarm.reverify: > 3x, or > 2x the best accepted so far for the task)
+  are re-measured before they are accepted, with the merge rules of evalfarm.reverify. The
+  re-measurement is marked `reverification` on the wire, so the daemon runs it ahead of its
+  queued work, and this client dispatches it ahead of its own queue. It goes to another
+  daemon with the same GPU model when one is up, else to the same daemon. The client is the
+  only re-verifier: its requests carry reverify_above=0 (a caller's `reverify_above` option
+  becomes this client's threshold); in-process scoring (`evalfarm.score`) re-verifies by
+  itself with the same rule.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import asyncio
 import collections
 import dataclasses
 import hashlib
+import heapq
 import itertools
 import logging
 import time
@@ -31,6 +42,7 @@ from typing import Any
 
 import grpc
 
+from evalfarm import reverify
 from evalfarm.client.channel import TlsConfig, auth_metadata, make_channel
 from evalfarm.client.wire import options_to_pb, result_from_pb
 from evalfarm.config import ScoreConfig
@@ -41,9 +53,6 @@ from evalfarm.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
-REVERIFY_ABOVE = 3.0  # re-measure any score above this
-REVERIFY_FACTOR = 2.0  # ... or above this multiple of the best accepted score for the task
-REVERIFY_TOLERANCE = 0.10  # the second score must be within 10% of the first
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
                        grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED})
 
@@ -93,6 +102,14 @@ class _Endpoint:
     host: str = ""
     backoff_until: float = 0.0
     polled: bool = False
+    device_mode: str = ""  # "cuda" | "cpu", from Capacity
+    gpu_names: tuple[str, ...] = ()
+
+    def same_model(self, gpu_name: str) -> bool:
+        """Whether this daemon has the device model a result was measured on."""
+        if self.device_mode == "cpu":
+            return gpu_name == "cpu"
+        return bool(gpu_name) and gpu_name in self.gpu_names
 
     def credits(self, allowance: int) -> int:
         return self.slots + min(allowance, self.queue_limit) - self.inflight - self.external
@@ -108,7 +125,10 @@ class _Job:
     task_key: str
     request: pb.ScoreRequest
     samples: list[tuple[str, dict[str, str]]]
-    deadline: float  # loop time
+    deadline_s: float  # per dispatch: the daemon counts it from when a slot starts the evaluation
+    reverify_above: float = reverify.REVERIFY_ABOVE  # this client's threshold (0: no re-verification)
+    deadline: float | None = None  # loop time bounding the call in flight; None while waiting here
+    unavailable_since: float | None = None  # loop time since when no daemon it could go to is up
     attempts: int = 0
     tried: set[str] = dataclasses.field(default_factory=set)
     finished: bool = False
@@ -142,6 +162,7 @@ class AsyncFarmClient:
         default_deadline_s: float = 900.0,
         poll_interval_s: float = 1.0,
         rpc_overhead_s: float = 0.5,
+        queue_wait_s: float | None = None,
         reverify: bool = True,
         on_result: Callable[[SampleResult], None] | None = None,
     ) -> None:
@@ -157,11 +178,14 @@ class AsyncFarmClient:
         self.default_deadline_s = default_deadline_s
         self.poll_interval_s = poll_interval_s
         self.rpc_overhead_s = rpc_overhead_s
+        self.queue_wait_s = queue_wait_s
         self.reverify = reverify
         self._on_result = on_result
         self._endpoints: list[_Endpoint] = []
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
-        self._credit = asyncio.Event()
+        # Jobs waiting to be sent: (0 for a re-verification else 1, sequence, job), a heap.
+        self._waiting: list[tuple[int, int, _Job]] = []
+        self._seq = itertools.count()
+        self._credit = asyncio.Event()  # set when credit frees up or a job is queued
         self._inflight_jobs: dict[str, _Job] = {}  # dedupe key -> job
         self._completed: collections.OrderedDict[str, SampleResult] = collections.OrderedDict()
         self._futures: dict[str, asyncio.Future[SampleResult]] = {}
@@ -222,6 +246,7 @@ class AsyncFarmClient:
             return None
         was_up = ep.up
         ep.slots, ep.queue_limit, ep.draining, ep.host = cap.slots, cap.queue_limit, cap.draining, cap.host
+        ep.device_mode, ep.gpu_names = cap.device_mode, tuple(cap.gpu_names)
         ep.external = max(0, cap.running + cap.queue_depth - ep.inflight)
         ep.up, ep.polled = True, True
         if not was_up:
@@ -233,6 +258,7 @@ class AsyncFarmClient:
         while True:
             await asyncio.sleep(self.poll_interval_s)
             await asyncio.gather(*(self._poll_one(ep) for ep in self._endpoints))
+            self._check_unavailable()
 
     async def capacity(self) -> dict[str, pb.CapacityResponse | None]:
         """The latest Capacity of every endpoint (None when unreachable)."""
@@ -254,7 +280,12 @@ class AsyncFarmClient:
         tags: dict[str, str] | None = None,
         deadline_s: float | None = None,
     ) -> str:
-        """Queue a candidate; its result arrives on results() (and on_result). Returns its id."""
+        """Queue a candidate; its result arrives on results() (and on_result). Returns its id.
+
+        ``deadline_s`` (default ``default_deadline_s``) bounds each dispatch of the sample,
+        counted from when it is sent (the daemon counts it from when a slot starts it), never
+        time spent waiting in a queue.
+        """
         sample_id = self._register(sample_id, stream=True)
         self._enqueue(task, source, sample_id, options, tags, deadline_s)
         return sample_id
@@ -322,14 +353,16 @@ class AsyncFarmClient:
         tags: dict[str, str] | None,
         deadline_s: float | None,
     ) -> None:
-        loop = asyncio.get_running_loop()
         tags = dict(tags or {})
         try:
             task_ref = _task_ref(task)
             opts = options_to_pb(options)
-            if self.reverify and not opts.HasField("reverify_above"):
+            reverify_above = reverify.REVERIFY_ABOVE
+            if self.reverify:
                 # One owner for re-verification: this client re-measures outliers on another
                 # daemon, so the daemon must not also re-measure them in place.
+                if opts.HasField("reverify_above"):
+                    reverify_above = opts.reverify_above
                 opts.reverify_above = 0.0
         except (ValueError, TypeError) as err:
             self._deliver_one(sample_id, tags, SampleResult(
@@ -352,31 +385,58 @@ class AsyncFarmClient:
             self.stats["deduped"] += 1
             job.samples.append((sample_id, tags))
             return
-        deadline = loop.time() + (deadline_s if deadline_s is not None else self.default_deadline_s)
         request = pb.ScoreRequest(
             task=task_ref, candidate=pb.Candidate(source=src, sample_id=sample_id, tags=tags), options=opts
         )
         task_key = task_ref.name or hashlib.sha256(task_ref.source.source).hexdigest()
-        job = _Job(key=key, task=task_ref, task_key=task_key, request=request,
-                   samples=[(sample_id, tags)], deadline=deadline)
+        job = _Job(key=key, task=task_ref, task_key=task_key, request=request, samples=[(sample_id, tags)],
+                   deadline_s=deadline_s if deadline_s is not None else self.default_deadline_s,
+                   reverify_above=reverify_above)
         self._inflight_jobs[key] = job
-        job.timer = loop.call_at(deadline, self._expire, job)
-        self._queue.put_nowait(job)
+        self._push(job)
 
     # -- dispatch ------------------------------------------------------------------------
-    def _pick(self, job: _Job) -> _Endpoint | None:
+    def call_limit_s(self, deadline_s: float) -> float:
+        """How long one dispatched call may take: its deadline, the daemon's queue, the wire."""
+        queue_wait = self.queue_wait_s if self.queue_wait_s is not None else (1 + self.queue_allowance) * deadline_s
+        return deadline_s + queue_wait + self.rpc_overhead_s
+
+    def result_limit_s(self, deadline_s: float) -> float:
+        """A bound on one sample's result once it is dispatched: every attempt of the first
+        measurement and of a re-verification (time waiting in this client's queue aside)."""
+        return 2 * self.max_attempts * self.call_limit_s(deadline_s)
+
+    def _push(self, job: _Job) -> None:
+        """Queue a job here (re-verifications first); its deadline does not run while it waits."""
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+        job.deadline = None
+        job.unavailable_since = None if self._targets_for(job) else asyncio.get_running_loop().time()
+        heapq.heappush(self._waiting, (0 if job.parent is not None else 1, next(self._seq), job))
+        self._credit.set()
+
+    def _targets_for(self, job: _Job) -> list[_Endpoint]:
+        """The daemons the job may go to now (credit aside)."""
         now = time.monotonic()
+        if job.parent is None or job.first is None:
+            return [ep for ep in self._endpoints if ep.usable(now)]
+        # A re-verification: another daemon with the same device model when one is up,
+        # else the daemon that measured the first score.
+        first = job.first
+        others = [ep for ep in self._endpoints if ep.target != first.endpoint and ep.up and not ep.draining
+                  and ep.same_model(first.gpu_name)]
+        if others:
+            return [ep for ep in others if ep.usable(now)]
+        return [ep for ep in self._endpoints if ep.target == first.endpoint and ep.usable(now)]
+
+    def _pick(self, job: _Job) -> _Endpoint | None:
         best: tuple[Any, ...] | None = None
         chosen = None
-        avoid = None
-        if job.parent is not None and job.first is not None:
-            # Re-verify on a different daemon whenever another one is up.
-            if any(ep.up and ep.target != job.first.endpoint for ep in self._endpoints):
-                avoid = job.first.endpoint
-        for ep in self._endpoints:
+        for ep in self._targets_for(job):
             credits = ep.credits(self.queue_allowance)
-            if not ep.usable(now) or credits <= 0 or ep.target == avoid:
-                continue
+            if credits <= 0 and job.parent is None:
+                continue  # a re-verification goes now: the daemon runs it ahead of its queue
             rank = (ep.target not in job.tried, credits / max(1, ep.slots), credits)
             if best is None or rank > best:
                 best, chosen = rank, ep
@@ -384,27 +444,59 @@ class AsyncFarmClient:
 
     async def _dispatch_loop(self) -> None:
         while True:
-            job = await self._queue.get()
-            ep = None
-            while not job.finished:
-                ep = self._pick(job)
-                if ep is not None:
-                    break
-                self._credit.clear()
-                try:
-                    await asyncio.wait_for(self._credit.wait(), 0.25)
-                except TimeoutError:
-                    pass
-            if job.finished or ep is None:
+            self._dispatch_ready()
+            self._credit.clear()
+            try:
+                await asyncio.wait_for(self._credit.wait(), 0.25)
+            except TimeoutError:
+                pass
+
+    def _dispatch_ready(self) -> None:
+        """Send what can go now: re-verifications first, then ordinary jobs in order."""
+        held: list[tuple[int, int, _Job]] = []
+        while self._waiting:
+            item = heapq.heappop(self._waiting)
+            job = item[2]
+            if job.finished:
                 continue
-            ep.inflight += 1
-            if job.first is not None and ep.target == job.first.endpoint:
-                job.same_daemon = True
-            job.attempts += 1
-            job.tried.add(ep.target)
-            job.rpc = asyncio.ensure_future(self._run(job, ep))
-            self._rpcs.add(job.rpc)
-            job.rpc.add_done_callback(self._rpcs.discard)
+            ep = self._pick(job)
+            if ep is None:
+                held.append(item)
+                if job.parent is None:
+                    break  # no credit anywhere: the ordinary jobs behind it wait too
+                continue
+            self._send(job, ep)
+        for item in held:
+            heapq.heappush(self._waiting, item)
+
+    def _send(self, job: _Job, ep: _Endpoint) -> None:
+        loop = asyncio.get_running_loop()
+        ep.inflight += 1
+        if job.first is not None and ep.target == job.first.endpoint:
+            job.same_daemon = True
+        job.attempts += 1
+        job.tried.add(ep.target)
+        # The deadline starts now, with the dispatch; the daemon's queue gets its own allowance.
+        job.deadline = loop.time() + self.call_limit_s(job.deadline_s)
+        job.timer = loop.call_at(job.deadline, self._expire, job)
+        job.rpc = asyncio.ensure_future(self._run(job, ep))
+        self._rpcs.add(job.rpc)
+        job.rpc.add_done_callback(self._rpcs.discard)
+
+    def _check_unavailable(self) -> None:
+        """A job that waits here while no daemon it could go to is up fails after its deadline_s."""
+        now = asyncio.get_running_loop().time()
+        for _, _, job in list(self._waiting):
+            if job.finished or job.deadline is not None:
+                continue
+            if self._targets_for(job):
+                job.unavailable_since = None
+            elif job.unavailable_since is None:
+                job.unavailable_since = now
+            elif now - job.unavailable_since >= job.deadline_s:
+                self.stats["deadline_exceeded"] += 1
+                self._deliver(job, self._infra_result(
+                    job, f"deadline exceeded: no daemon available for {job.deadline_s:g}s"))
 
     def _requeue(self, job: _Job, why: str) -> None:
         job.last_error = why
@@ -412,19 +504,18 @@ class AsyncFarmClient:
             self._deliver(job, self._infra_result(job, f"gave up after {job.attempts} attempts: {why}"))
             return
         self.stats["retries"] += 1
-        self._queue.put_nowait(job)
+        self._push(job)
 
     async def _run(self, job: _Job, ep: _Endpoint) -> None:
         loop = asyncio.get_running_loop()
         try:
+            assert job.deadline is not None
             remaining = job.deadline - loop.time()
             if remaining <= 0:
                 return  # the timer delivers
-            req = job.request
-            if req.deadline_s == 0:
-                req = pb.ScoreRequest()
-                req.CopyFrom(job.request)
-                req.deadline_s = max(0.001, remaining - self.rpc_overhead_s)
+            req = pb.ScoreRequest()
+            req.CopyFrom(job.request)
+            req.deadline_s = job.deadline_s  # counted by the daemon from when a slot starts it
             try:
                 reply = await ep.stub.Score(req, timeout=remaining, metadata=self._metadata)
             except grpc.aio.AioRpcError as err:
@@ -432,6 +523,9 @@ class AsyncFarmClient:
                 return
             if job.finished:
                 return
+            if job.timer is not None:
+                job.timer.cancel()
+                job.timer = None
             res = SampleResult(
                 sample_id="", result=result_from_pb(reply), host=reply.host, gpu_name=reply.gpu_name,
                 endpoint=ep.target, cached=reply.evidence.cached, attempts=job.attempts,
@@ -439,7 +533,8 @@ class AsyncFarmClient:
             if res.result.verdict is Verdict.INFRA_ERROR:
                 self.stats["infra_errors"] += 1
                 log.info("event=infra_error endpoint=%s detail=%r", ep.target, res.result.detail)
-                if job.attempts < self.max_attempts and loop.time() < job.deadline:
+                # A deadline that passed on the daemon is final; other farm faults are retried.
+                if job.attempts < self.max_attempts and not res.result.detail.startswith("deadline exceeded"):
                     self._requeue(job, res.result.detail)
                     return
             self._completed_job(job, res)
@@ -456,7 +551,7 @@ class AsyncFarmClient:
             ep.backoff_until = time.monotonic() + 0.2
             job.attempts -= 1  # not the candidate's fault, nor the host's: try again
             job.tried.discard(ep.target)
-            self._queue.put_nowait(job)
+            self._push(job)
         elif code in RETRYABLE:
             self.stats["connection_errors"] += 1
             log.warning("event=rpc_failed endpoint=%s code=%s details=%r", ep.target, code.name, err.details())
@@ -477,16 +572,10 @@ class AsyncFarmClient:
             self._deliver(job, self._infra_result(job, "deadline exceeded"))
 
     # -- re-verification -----------------------------------------------------------------
-    def _is_outlier(self, job: _Job, speedup: float) -> bool:
-        best = self._best.get(job.task_key)
-        return speedup > REVERIFY_ABOVE or (best is not None and speedup > REVERIFY_FACTOR * best)
-
     def _completed_job(self, job: _Job, res: SampleResult) -> None:
-        r = res.result
-        if job.parent is not None:
-            self._deliver(job, res)
-            return
-        if self.reverify and r.verdict is Verdict.OK and r.speedup is not None and self._is_outlier(job, r.speedup):
+        if (job.parent is None and self.reverify
+                and reverify.needs_reverification(res.result, above=job.reverify_above,
+                                                  best=self._best.get(job.task_key))):
             self._start_reverify(job, res)
             return
         self._deliver(job, res)
@@ -496,16 +585,32 @@ class AsyncFarmClient:
         request = pb.ScoreRequest()
         request.CopyFrom(job.request)
         request.no_cache = True  # a fresh measurement, never the cached first one
+        request.reverification = True  # the daemon runs it ahead of its queued work
         child = _Job(key=job.key + ":reverify", task=job.task, task_key=job.task_key, request=request,
-                     samples=[], deadline=job.deadline, parent=job, first=first)
-        # Prefer a different daemon: the first one counts as tried. With a single daemon the
-        # dispatcher falls back to it (and the result says so).
-        child.tried.add(first.endpoint)
+                     samples=[], deadline_s=job.deadline_s, parent=job, first=first)
         job.rpc = None
-        log.info("event=reverify task=%s speedup=%s first=%s same_daemon=%s",
-                 job.task_key, first.result.speedup, first.endpoint, child.same_daemon)
         self._children[job.key] = child
-        self._queue.put_nowait(child)
+        self._push(child)
+        log.info("event=reverify task=%s speedup=%s first=%s gpu=%s", job.task_key, first.result.speedup,
+                 first.endpoint, first.gpu_name)
+
+    def _merge_reverified(self, job: _Job, second: SampleResult) -> SampleResult:
+        first = job.first
+        assert first is not None
+        if job.same_daemon:
+            where = "same daemon: no other daemon with this device model"
+        else:
+            where = "another daemon with the same device model"
+        info = {"host": second.host, "endpoint": second.endpoint, "first_host": first.host,
+                "first_endpoint": first.endpoint, "same_daemon": job.same_daemon}
+        merged = reverify.merge(first.result, second.result, where=where, info=info,
+                                first_label=first.host or first.endpoint,
+                                second_label=second.host or second.endpoint)
+        rv = merged.evidence.reverified
+        from_second = rv["status"] == reverify.FAILED or (
+            rv["status"] == reverify.DISAGREED and rv["speedup"] < rv["first_speedup"])
+        base = second if from_second else first
+        return dataclasses.replace(base, result=merged, cached=False)
 
     # -- delivery ------------------------------------------------------------------------
     def _infra_result(self, job: _Job, detail: str) -> SampleResult:
@@ -526,8 +631,8 @@ class AsyncFarmClient:
             child.finished = True
             if child.rpc is not None and not child.rpc.done() and child.rpc is not asyncio.current_task():
                 child.rpc.cancel()
-        if job.parent is not None:  # a re-verification: its parent gets the combined result
-            self._deliver(job.parent, _combine_reverified(job.first, res, job.same_daemon))
+        if job.parent is not None:  # a re-verification: its parent gets the merged result
+            self._deliver(job.parent, self._merge_reverified(job, res))
             return
         self._inflight_jobs.pop(job.key, None)
         r = res.result
@@ -558,47 +663,6 @@ class AsyncFarmClient:
                 self._on_result(res)
             except Exception:  # noqa: BLE001 - a user callback must not break delivery
                 log.exception("event=on_result_failed sample_id=%s", sample_id)
-
-
-def _combine_reverified(first: SampleResult | None, second: SampleResult, same_daemon: bool) -> SampleResult:
-    """Accept an outlier score only when a second, independent measurement agrees.
-
-    - second OK and within 10% of the first: the first result, reverified.agreed = True.
-    - second OK but further apart: the LOWER of the two speedups, agreed = False, with a note.
-    - second a candidate failure (e.g. INCORRECT): that result (the candidate is unreliable).
-    - second INFRA_ERROR: INFRA_ERROR "re-verification could not run" (retry later).
-    """
-    assert first is not None
-    s1 = float(first.result.speedup or 0.0)
-    r2 = second.result
-    info: dict[str, Any] = {
-        "host": second.host, "endpoint": second.endpoint, "speedup": r2.speedup,
-        "first_host": first.host, "first_speedup": s1, "same_daemon": same_daemon,
-    }
-    where = " (re-measured on the same daemon: only one available)" if same_daemon else ""
-    if r2.verdict is Verdict.OK and r2.speedup is not None:
-        s2 = float(r2.speedup)
-        agreed = abs(s2 - s1) <= REVERIFY_TOLERANCE * s1
-        info["agreed"] = agreed
-        result = dataclasses.replace(first.result, evidence=dataclasses.replace(first.result.evidence))
-        result.evidence.reverified = info
-        if not agreed:
-            result.speedup = min(s1, s2)
-            note = (f"re-verification disagreed: {s1:g}x on {first.host or first.endpoint}, "
-                    f"{s2:g}x on {second.host or second.endpoint}{where}; reporting the lower")
-            result.detail = f"{result.detail}; {note}" if result.detail else note
-        elif where:
-            result.detail = f"{result.detail}; reverified{where}" if result.detail else f"reverified{where}"
-        return dataclasses.replace(first, result=result, cached=False)
-    info["agreed"] = False
-    info["verdict"] = r2.verdict.value
-    result = dataclasses.replace(r2, evidence=dataclasses.replace(r2.evidence))
-    result.evidence.reverified = info
-    if r2.verdict is Verdict.INFRA_ERROR:
-        result.detail = f"re-verification of a {s1:g}x score could not run: {r2.detail}"
-    else:
-        result.detail = f"first run scored {s1:g}x but the re-measurement failed{where}: {r2.detail}"
-    return dataclasses.replace(second, result=result)
 
 
 def read_source(path: str | Path) -> str:

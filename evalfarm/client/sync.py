@@ -105,9 +105,15 @@ class FarmClient:
         tags: dict[str, str] | None = None,
         deadline_s: float | None = None,
     ) -> SampleResult:
+        """Score one candidate and wait for its result.
+
+        ``deadline_s`` bounds each dispatch from when it is sent (see AsyncFarmClient); this
+        call waits at most ``result_limit_s(deadline_s) + 30`` (every attempt, re-verification
+        included).
+        """
         deadline = deadline_s if deadline_s is not None else self._client.default_deadline_s
         coro = self._client.score(task, source, options=options, tags=tags, deadline_s=deadline)
-        return self._call(coro, deadline + 30.0)
+        return self._call(coro, self._client.result_limit_s(deadline) + 30.0)
 
     def score_many(
         self,

@@ -1,4 +1,10 @@
-"""The EvalFarm servicer: validation, result cache, admission, evaluation, drain."""
+"""The EvalFarm servicer: validation, result cache, admission, evaluation, drain.
+
+Deadlines: a request's `deadline_s` counts from when a slot starts its evaluation, so time
+spent in the daemon's queue never burns it; the gRPC deadline of the call (or stream), if
+any, bounds queue wait and evaluation together. Re-verification requests
+(`ScoreRequest.reverification`) take the next free slot, ahead of queued ordinary work.
+"""
 
 from __future__ import annotations
 
@@ -185,7 +191,11 @@ class FarmService(pb_grpc.EvalFarmServicer):
 
     # -- the core ------------------------------------------------------------------------
     async def _score(self, prep: Prepared, deadline: float | None) -> pb.ScoredSample:
-        """Cache, admission, evaluation. Raises RequestRejected when not admitted."""
+        """Cache, admission, evaluation. Raises RequestRejected when not admitted.
+
+        ``deadline`` (loop time, from the gRPC deadline) bounds queue wait and evaluation;
+        ``prep.deadline_s`` bounds the evaluation from when its slot starts it.
+        """
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         uniform = len(set(self._kinds)) == 1
@@ -212,7 +222,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
     async def _admitted(
         self, prep: Prepared, deadline: float | None, t0: float, loop: asyncio.AbstractEventLoop
     ) -> pb.ScoredSample:
-        acquire = asyncio.ensure_future(self.slots.acquire())
+        acquire = asyncio.ensure_future(self.slots.acquire(priority=prep.reverification))
         self._update_gauges()
         try:
             outcome = await self._race(acquire, deadline)
@@ -235,6 +245,9 @@ class FarmService(pb_grpc.EvalFarmServicer):
         queue_s = time.monotonic() - t0
         t_slot = time.monotonic()
         self._update_gauges()
+        if prep.deadline_s > 0:  # the evaluation's own deadline starts now, with its slot
+            own = loop.time() + prep.deadline_s
+            deadline = own if deadline is None else min(deadline, own)
         config = prep.config.replace(device=self.config.devices[slot])
         start = loop.run_in_executor(
             self._executor, self._backend, prep.task, prep.candidate, config, self._build_pool
@@ -327,9 +340,10 @@ class FarmService(pb_grpc.EvalFarmServicer):
             for phase, seconds in (result.evidence.phases_s or {}).items():
                 self.metrics.phase_seconds.labels(str(phase)).observe(float(seconds))
         log.info(
-            "event=scored sample_id=%s task=%s verdict=%s speedup=%s slot=%s cached=%s queue_s=%.3f total_s=%.3f detail=%r",
+            "event=scored sample_id=%s task=%s verdict=%s speedup=%s slot=%s cached=%s reverification=%s "
+            "queue_s=%.3f total_s=%.3f detail=%r",
             prep.sample_id, prep.task.name, result.verdict.value, result.speedup, slot, cached,
-            queue_s, total_s, result.detail[:200],
+            prep.reverification, queue_s, total_s, result.detail[:200],
         )
         return result_to_pb(
             result,
@@ -342,15 +356,10 @@ class FarmService(pb_grpc.EvalFarmServicer):
             cached=cached,
         )
 
-    def _deadline(self, context: grpc.aio.ServicerContext, deadline_s: float) -> float | None:
-        loop = asyncio.get_running_loop()
-        deadlines = []
+    def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
+        """The gRPC deadline (loop time), if any. A request's deadline_s starts with its slot."""
         remaining = context.time_remaining()
-        if remaining is not None:
-            deadlines.append(loop.time() + remaining)
-        if deadline_s > 0:
-            deadlines.append(loop.time() + deadline_s)
-        return min(deadlines) if deadlines else None
+        return None if remaining is None else asyncio.get_running_loop().time() + remaining
 
     # -- RPCs ----------------------------------------------------------------------------
     async def Score(self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext) -> pb.ScoredSample:
@@ -360,7 +369,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
                 self.metrics.rejected.labels("draining").inc()
                 raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
             prep = await self._prepare(request, stream=False)
-            return await self._score(prep, self._deadline(context, prep.deadline_s))
+            return await self._score(prep, self._deadline(context))
         except RequestRejected as err:
             await context.abort(err.code, err.message)
             raise AssertionError("unreachable") from None
@@ -382,7 +391,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
                     self.metrics.rejected.labels("draining").inc()
                     raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
                 prep = await self._prepare(req, stream=True)
-                sample = await self._score(prep, self._deadline(context, prep.deadline_s))
+                sample = await self._score(prep, self._deadline(context))
             except RequestRejected as err:
                 sample = error_sample(sample_id, err.code, err.message, self.config.host_label, tags)
             except asyncio.CancelledError:

@@ -1,9 +1,14 @@
-"""Admission control: a fixed set of slots and a bounded FIFO queue in front of them.
+"""Admission control: a fixed set of slots and two bounded FIFO queues in front of them.
 
-`acquire()` decides at once: a free slot, a place in the queue, or an exception
+`acquire()` decides at once: a free slot, a place in a queue, or an exception
 (QueueFull -> RESOURCE_EXHAUSTED, Draining -> UNAVAILABLE). A waiter that is cancelled
-(deadline, client gone, drain) leaves the queue; a slot granted to a cancelled waiter is
+(deadline, client gone, drain) leaves its queue; a slot granted to a cancelled waiter is
 handed on, so slots are never leaked.
+
+Re-verifications (`acquire(priority=True)`) wait in their own queue, which a freed slot
+serves first: a re-verification runs next, ahead of every queued ordinary request. They
+are admitted even when the ordinary queue is full; their own queue holds at most
+max(slots, queue_limit).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class SlotPool:
         self.queue_limit = queue_limit
         self._free: list[int] = list(range(slots - 1, -1, -1))  # pop() hands out slot 0 first
         self._waiters: collections.deque[asyncio.Future[int]] = collections.deque()
+        self._urgent: collections.deque[asyncio.Future[int]] = collections.deque()  # re-verifications
+        self.priority_limit = max(slots, queue_limit)
         self.draining = False
 
     @property
@@ -44,20 +51,38 @@ class SlotPool:
 
     @property
     def queue_depth(self) -> int:
+        """Waiting requests, re-verifications included."""
+        return self.ordinary_depth + self.priority_depth
+
+    @property
+    def ordinary_depth(self) -> int:
         return sum(1 for w in self._waiters if not w.done())
 
-    async def acquire(self) -> int:
-        """A slot index; waits in the queue if all are busy. Raises QueueFull / Draining at once."""
+    @property
+    def priority_depth(self) -> int:
+        return sum(1 for w in self._urgent if not w.done())
+
+    async def acquire(self, priority: bool = False) -> int:
+        """A slot index; waits in a queue if all are busy. Raises QueueFull / Draining at once.
+
+        ``priority``: a re-verification; it waits ahead of every ordinary request.
+        """
         if self.draining:
             raise Draining("daemon is draining: not accepting new work")
         if self._free and not self.queue_depth:
             return self._free.pop()
-        if self.queue_depth >= self.queue_limit:
-            raise QueueFull(
-                f"all {self.slots} slots busy and the queue is full ({self.queue_limit} waiting)"
-            )
+        if priority:
+            if self.priority_depth >= self.priority_limit:
+                raise QueueFull(f"all {self.slots} slots busy and {self.priority_limit} re-verifications waiting")
+            queue = self._urgent
+        else:
+            if self.ordinary_depth >= self.queue_limit:
+                raise QueueFull(
+                    f"all {self.slots} slots busy and the queue is full ({self.queue_limit} waiting)"
+                )
+            queue = self._waiters
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        queue.append(fut)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -66,15 +91,17 @@ class SlotPool:
             else:
                 fut.cancel()
                 try:
-                    self._waiters.remove(fut)
+                    queue.remove(fut)
                 except ValueError:
                     pass
             raise
 
     def release(self, slot: int) -> None:
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(slot)
-                return
+        """Hand the slot to the first re-verification waiting, else the first ordinary waiter."""
+        for queue in (self._urgent, self._waiters):
+            while queue:
+                fut = queue.popleft()
+                if not fut.done():
+                    fut.set_result(slot)
+                    return
         self._free.append(slot)

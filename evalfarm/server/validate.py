@@ -35,7 +35,8 @@ class Prepared:
     sample_id: str
     tags: dict[str, str]
     no_cache: bool
-    deadline_s: float
+    deadline_s: float  # from when a slot starts the evaluation; 0 = none
+    reverification: bool = False  # runs ahead of queued ordinary work; never from the cache
 
 
 def decode_source(raw: bytes, what: str, limit: int) -> str:
@@ -136,6 +137,7 @@ def prepare(
         config=config,
         sample_id=sample_id,
         tags=dict(cand_msg.tags),
-        no_cache=req.no_cache,
+        no_cache=req.no_cache or req.reverification,
         deadline_s=req.deadline_s,
+        reverification=req.reverification,
     )

@@ -106,18 +106,20 @@ class ScoreOptions(_message.Message):
     def __init__(self, num_correctness_inputs: _Optional[int] = ..., tolerance: _Optional[str] = ..., timing_budget_s: _Optional[float] = ..., target_ci: _Optional[float] = ..., num_buckets: _Optional[int] = ..., max_bucket_variance: _Optional[float] = ..., min_timed_rounds: _Optional[int] = ..., warmup_rounds: _Optional[int] = ..., audit_fraction: _Optional[float] = ..., timeout_factor: _Optional[float] = ..., min_call_timeout_s: _Optional[float] = ..., load_timeout_s: _Optional[float] = ..., build_timeout_s: _Optional[float] = ..., size_profile: _Optional[str] = ..., memory_limit_bytes: _Optional[int] = ..., file_size_limit_bytes: _Optional[int] = ..., first_call_timeout_s: _Optional[float] = ..., guard_policy: _Optional[str] = ..., reverify_above: _Optional[float] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("task", "candidate", "options", "no_cache", "deadline_s")
+    __slots__ = ("task", "candidate", "options", "no_cache", "deadline_s", "reverification")
     TASK_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     NO_CACHE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    REVERIFICATION_FIELD_NUMBER: _ClassVar[int]
     task: TaskRef
     candidate: Candidate
     options: ScoreOptions
     no_cache: bool
     deadline_s: float
-    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., candidate: _Optional[_Union[Candidate, _Mapping]] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., no_cache: _Optional[bool] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+    reverification: bool
+    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., candidate: _Optional[_Union[Candidate, _Mapping]] = ..., options: _Optional[_Union[ScoreOptions, _Mapping]] = ..., no_cache: _Optional[bool] = ..., deadline_s: _Optional[float] = ..., reverification: _Optional[bool] = ...) -> None: ...
 
 class TimingEvidence(_message.Message):
     __slots__ = ("rounds", "raw_speedup", "ci_low", "ci_high", "bucket_variance", "stable", "remeasured", "ref_time_us_median", "cand_time_us_median", "seconds")

@@ -57,6 +57,7 @@ class FakeEvaluation:
         verdict, speedup, sleep = (m.group(1), m.group(2), float(m.group(3))) if m else ("OK", "1.5", 0.0)
         verdict = force_verdict or verdict
         self.config = config
+        self.sample_id = candidate.name  # the daemon names a candidate after its sample id
         self.cancelled = False
         self._event = threading.Event()
         spd = None if speedup == "none" else float(speedup)

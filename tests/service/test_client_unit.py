@@ -43,14 +43,16 @@ def test_reverify_outlier(daemon_factory, second: float, agreed: bool, expect: f
     # first measurement forced onto A: B is added once A has scored
     with FarmClient([a.target, b.target], poll_interval_s=0.2, queue_allowance=0) as farm:
         b.daemon.service.slots.draining = True  # B takes no first measurements...
-        farm.submit("L1/1", fake_source(speedup=5.0, sleep=0.05), "x")
+        farm.submit("L1/1", fake_source(speedup=5.0, sleep=0.8), "x")
         assert _wait(lambda: a.backend.started == 1, 5)
-        b.daemon.service.slots.draining = False  # ...but is there for the re-measurement
+        b.daemon.service.slots.draining = False  # ...but is there for the re-measurement (polled meanwhile)
         (res,) = list(farm.results(timeout=30))
     assert res.verdict is Verdict.OK and res.speedup == expect
     rv = res.result.evidence.reverified
     assert rv["agreed"] is agreed and rv["host"] == "host-b" and rv["speedup"] == second
-    assert not rv["same_daemon"]
+    assert not rv["same_daemon"] and rv["status"] == ("agreed" if agreed else "disagreed")
+    assert res.host == ("host-a" if agreed else "host-b")  # the measurement whose score is kept
+    assert [ev.sample_id for ev in b.backend.evaluations] == ["x"]
     if not agreed:
         assert "re-verification disagreed" in res.result.detail
 
@@ -60,8 +62,9 @@ def test_reverify_single_daemon(daemon_factory) -> None:
     with FarmClient([a.target], poll_interval_s=0.2) as farm:
         res = farm.score("L1/1", fake_source(speedup=4.0, sleep=0.05), deadline_s=20)
         low = farm.score("L1/1", fake_source(speedup=1.2, sleep=0.05, salt="low"), deadline_s=20)
-    assert res.speedup == 4.0 and res.result.evidence.reverified["same_daemon"] is True
-    assert res.result.evidence.reverified["agreed"] is True and "same daemon" in res.result.detail
+    rv = res.result.evidence.reverified
+    assert res.speedup == 4.0 and rv["same_daemon"] is True and rv["where"].startswith("same daemon")
+    assert rv["agreed"] is True and rv["status"] == "agreed" and res.result.detail == ""
     assert a.backend.started == 3  # fresh evaluation (no_cache), not the cached first
     assert low.result.evidence.reverified == {}
     # One owner: the client re-verifies, so the daemon is told not to re-measure in place.
@@ -126,3 +129,59 @@ def _wait(pred, timeout: float) -> bool:
             return True
         time.sleep(0.02)
     return bool(pred())
+
+
+def test_reverify_goes_to_a_daemon_with_the_same_gpu_model(daemon_factory) -> None:
+    h100 = {"devices": ("cuda:0",), "gpu_names": ("NVIDIA H100",)}
+    a = daemon_factory(host_label="a", **h100)
+    b = daemon_factory(host_label="b", devices=("cuda:0",), gpu_names=("NVIDIA A100",))
+    c = daemon_factory(host_label="c", **h100)
+    with FarmClient([a.target, b.target, c.target], poll_interval_s=0.2, queue_allowance=0) as farm:
+        b.daemon.service.slots.draining = c.daemon.service.slots.draining = True
+        farm.submit("L1/1", fake_source(speedup=5.0, sleep=0.8), "x")
+        assert _wait(lambda: a.backend.started == 1, 5)
+        b.daemon.service.slots.draining = c.daemon.service.slots.draining = False
+        (res,) = list(farm.results(timeout=30))
+    rv = res.result.evidence.reverified
+    assert rv["host"] == "c" and rv["first_host"] == "a" and rv["status"] == "agreed"
+    assert (a.backend.started, b.backend.started, c.backend.started) == (1, 0, 1)
+    assert res.gpu_name == "NVIDIA H100"
+
+    # no other daemon with that model: back to the same one, even with another model idle
+    with FarmClient([a.target, b.target], poll_interval_s=0.2, queue_allowance=0) as farm:
+        b.daemon.service.slots.draining = True
+        farm.submit("L1/1", fake_source(speedup=5.0, sleep=0.8, salt="2"), "y")
+        assert _wait(lambda: a.backend.started == 2, 5)
+        b.daemon.service.slots.draining = False
+        (res,) = list(farm.results(timeout=30))
+    rv = res.result.evidence.reverified
+    assert rv["same_daemon"] is True and rv["host"] == "a" and b.backend.started == 0
+    assert a.backend.started == 3
+
+
+def test_reverification_is_first_in_line_in_the_client(daemon_factory) -> None:
+    a = daemon_factory()
+    with FarmClient([a.target], poll_interval_s=0.2, queue_allowance=0) as farm:
+        farm.submit("L1/1", fake_source(speedup=5.0, sleep=0.3, salt="x"), "x")
+        assert _wait(lambda: a.backend.started == 1, 5)
+        for i in range(3):  # wait in the client's queue (no credit) behind the outlier
+            farm.submit("L1/1", fake_source(speedup=1.1, sleep=0.2, salt=str(i)), f"o{i}")
+        got = {r.sample_id: r for r in farm.results(timeout=30)}
+    assert [ev.sample_id for ev in a.backend.evaluations] == ["x", "x", "o0", "o1", "o2"]
+    assert got["x"].result.evidence.reverified["status"] == "agreed"
+
+
+@pytest.mark.parametrize("queue_allowance", [0, 3])
+def test_deadline_does_not_run_while_waiting_in_a_queue(daemon_factory, queue_allowance: int) -> None:
+    """Four 0.5 s evaluations with deadline_s=0.8 on one slot: the last waits 1.5 s in a queue
+    (the client's with queue_allowance=0, the daemon's with 3) and is still scored."""
+    a = daemon_factory()
+    with FarmClient([a.target], poll_interval_s=0.2, queue_allowance=queue_allowance) as farm:
+        t0 = time.monotonic()
+        for i in range(4):
+            farm.submit("L1/1", fake_source(speedup=1.2, sleep=0.5, salt=str(i)), f"s{i}", deadline_s=0.8)
+        got = list(farm.results(timeout=30))
+        elapsed = time.monotonic() - t0
+    assert len(got) == 4 and all(r.verdict is Verdict.OK for r in got), [r.result.detail for r in got]
+    assert elapsed > 1.9 and farm.stats.get("deadline_exceeded", 0) == 0
+    assert a.backend.started == 4

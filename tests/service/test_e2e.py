@@ -223,3 +223,37 @@ def test_stream_200_through_two_daemons(spawn_daemon) -> None:
         assert r.tags["kind"] == plan[r.sample_id]
     assert {r.endpoint for r in got} <= {a.target, b.target}
     assert stats["delivered"] == 200
+
+
+def test_reverification_runs_before_queued_work_real(spawn_daemon) -> None:
+    """A real daemon, one CPU slot: a re-verification sent behind a running evaluation and
+    three queued ones is scored next. The ordinary candidates are made slow by sleeping
+    in their import (the load phase)."""
+    d = spawn_daemon("--slots", "1", "--drain-timeout", "2")
+    slow = variant("L1/1", "wrong").replace(
+        "class ModelNew", "import time as _t\n_t.sleep(3)  # slow on purpose\n\nclass ModelNew", 1)
+    rv = request(variant("L1/1", "fast"), "rv", **TINY, reverify_above=0.0)
+    rv.reverification = True
+    with grpc.insecure_channel(d.target) as ch:
+        stub = pb_grpc.EvalFarmStub(ch)
+
+        def cap() -> pb.CapacityResponse:
+            return stub.Capacity(pb.CapacityRequest(), timeout=5)
+
+        calls = [stub.Score.future(request(f"# 0\n{slow}", "o0", **TINY), timeout=240)]
+        assert wait_until(lambda: cap().running == 1, 30)
+        for i in range(1, 4):
+            calls.append(stub.Score.future(request(f"# {i}\n{slow}", f"o{i}", **TINY), timeout=240))
+            assert wait_until(lambda n=i: cap().queue_depth == n, 30)
+        t0 = time.monotonic()
+        reply = stub.Score(rv, timeout=240)
+        waited = time.monotonic() - t0
+        still_queued = [c for c in calls[1:] if not c.done()]
+        for c in calls:
+            c.cancel()
+    assert reply.verdict == pb.VERDICT_OK, reply.detail
+    assert not reply.evidence.cached and reply.phases.queue_s < waited
+    assert len(still_queued) == 3, "a queued ordinary request finished before the re-verification"
+    scored = [line for line in d.log().splitlines() if "event=scored" in line]
+    assert "sample_id=o0" in scored[0], scored  # the one that was running
+    assert "sample_id=rv" in scored[1] and "reverification=True" in scored[1], scored

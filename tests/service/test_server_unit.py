@@ -275,3 +275,44 @@ def test_capacity(daemon_factory) -> None:
 
 def test_stub_module_usable() -> None:
     assert hasattr(pb_grpc, "EvalFarmStub")
+
+
+def test_reverification_runs_ahead_of_queued_work(daemon_factory) -> None:
+    d = daemon_factory(queue_limit=3)
+    ch, stub = d.stub()
+    with ch, concurrent.futures.ThreadPoolExecutor(6) as pool:
+        running = pool.submit(stub.Score, request(fake_source(sleep=0.6, salt="run"), "run"), timeout=30)
+        assert wait_until(lambda: d.backend.started == 1, 5)
+        queued = []
+        for i in range(3):  # fills the ordinary queue
+            queued.append(pool.submit(stub.Score, request(fake_source(sleep=0.2, salt=f"q{i}"), f"q{i}"), timeout=30))
+            assert wait_until(lambda n=i + 1: d.daemon.service.slots.queue_depth == n, 5)
+        rv = request(fake_source(sleep=0.2, salt="q0"), "rv")  # the same candidate as q0
+        rv.reverification = True
+        # admitted although the ordinary queue is full; it takes the next free slot
+        again = pool.submit(stub.Score, rv, timeout=30)
+        assert again.result(20).verdict == pb.VERDICT_OK
+        assert [f.result(20).verdict for f in (running, *queued)] == [pb.VERDICT_OK] * 4
+    assert [ev.sample_id for ev in d.backend.evaluations] == ["run", "rv", "q0", "q1", "q2"]
+    assert not again.result().evidence.cached  # a re-verification is never answered from the cache
+
+
+def test_request_deadline_counts_from_its_slot_not_the_queue(daemon_factory) -> None:
+    d = daemon_factory(queue_limit=4)
+    ch, stub = d.stub()
+    with ch, concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futs = []
+        for i in range(3):  # each runs 0.5 s with deadline_s=1.0; the last waits 1 s in the queue
+            req = request(fake_source(sleep=0.5, salt=f"d{i}"), f"d{i}")
+            req.deadline_s = 1.0
+            futs.append(pool.submit(stub.Score, req, timeout=30))
+            assert wait_until(lambda n=i + 1: d.backend.started + d.daemon.service.slots.queue_depth == n, 5)
+        replies = [f.result(20) for f in futs]
+        assert [r.verdict for r in replies] == [pb.VERDICT_OK] * 3
+        assert replies[2].phases.queue_s > 0.9
+        # while an evaluation that runs past its own deadline is still cancelled
+        late = request(fake_source(sleep=30, salt="late"), "late")
+        late.deadline_s = 0.5
+        reply = stub.Score(late, timeout=20)
+    assert reply.verdict == pb.VERDICT_INFRA_ERROR and reply.detail == "deadline exceeded"
+    assert wait_until(lambda: d.backend.evaluations[-1].cancelled, 5)
