@@ -8,9 +8,9 @@ candidate sets in its own process (global flags, hooks, patched torch functions,
 counts) can change it.
 
 Each round, in random order, the judge asks each worker to prepare a call (poison free
-memory, flush the L2, synchronise), then writes that round's fresh inputs into the worker's
-input slots, then lets the call run: the inputs reach the candidate's memory only right
-before its timed call starts. The candidate's process group is stopped (SIGSTOP) whenever
+memory, demote persisting L2 lines, synchronise), then writes that round's fresh inputs into
+the worker's input slots and flushes the L2, then lets the call run: the inputs reach the
+candidate's memory only right before its timed call starts, and every call starts cold. The candidate's process group is stopped (SIGSTOP) whenever
 its own call is not under way, so it cannot compute ahead, or compete with the reference,
 while the reference runs; on a GPU, the reference worker also waits until no other work is
 running on the device before its call. Every correctness round and a random share of timed
@@ -59,6 +59,8 @@ MAX_REMEASURES = 2
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
 # side waiting for a quiet GPU) is bounded by this.
 PREPARE_TIMEOUT_S = 60.0
+# A reference call that had to wait longer than this for a quiet GPU is noted in the evidence.
+QUIET_NOTE_S = 2e-3
 ISOLATION_NOTE = ("reference computed and timed in its own worker process; candidate process stopped "
                   "outside its own calls; inputs written right before each call")
 
@@ -380,6 +382,8 @@ class Judge:
             flush_bytes = 2 * (self.l2_bytes or 50 << 20)
             if self.l2_bytes is not None and self.floor_output_bytes > 2 * self.l2_bytes:
                 self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the workers' start-up
+        # The judge flushes the L2 after writing a call's inputs, so every call starts cold.
+        self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=self.device) if flush_bytes else None
         self.evidence.inputs_on_device = self.source.on_device
         self.phases["judge_setup"] = time.monotonic() - t0
 
@@ -390,22 +394,22 @@ class Judge:
                 memory_bytes=None if self.device.type == "cuda" else cfg.memory_limit_bytes,
                 file_size_bytes=cfg.file_size_limit_bytes)),
             "num_threads": num_threads, "init_inputs": init_inputs, "weight_seed": weight_seed,
-            "flush_bytes": flush_bytes, "tuple_out": self.tuple_out,
+            "tuple_out": self.tuple_out,
         }
-        # The reference loads first, alone: its quiet-GPU baseline is taken before any candidate code runs.
+        # Both load at once; the reference worker takes its quiet-GPU baseline before building the task.
         wire.send_pickle(self.ref.conn, {
             **common, "role": REFERENCE, "task_name": self.task.name, "task_source": self.task.source,
             "size_profiles": self.task.size_profiles, "profile": profile,
             "in_arena": self.arenas[REFERENCE, "in"].handle(), "out_arena": self.arenas[REFERENCE, "out"].handle(),
         })
-        ready = self._recv(self.ref, cfg.load_timeout_s, "loading the reference")
-        if ready.get("op") != "ready":
-            self._raise_worker_error(ready, self.ref)
         wire.send_pickle(self.cand.conn, {
             **common, "role": CANDIDATE, "candidate_source": self.candidate_source,
             "cache_dir": self.cache_dir, "arch": self.arch, **facts,
             "in_arena": self.arenas[CANDIDATE, "in"].handle(), "out_arena": self.arenas[CANDIDATE, "out"].handle(),
         })
+        ready = self._recv(self.ref, cfg.load_timeout_s, "loading the reference")
+        if ready.get("op") != "ready":
+            self._raise_worker_error(ready, self.ref)
         ready = self._recv(self.cand, cfg.load_timeout_s, "loading the candidate")
         if ready.get("op") != "ready":
             self._raise_worker_error(ready, self.cand)
@@ -515,20 +519,26 @@ class Judge:
         try:
             wire.send_json(worker.conn, call.prepare)
             msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing round {plan.r}")
+            if role == CANDIDATE:  # stopped while its inputs are written
+                self._stop_candidate()
             if msg.get("op") == "busy":
                 raise Verdicted(Verdict.HACK_DETECTED, "guard lingering_gpu_work: the GPU stayed busy for "
                                 f"{float(msg.get('waited_s', 0)):.1f} s after the candidate's call returned and "
                                 "its process was stopped: it left work running outside its timed call")
             if msg.get("op") != "prepared":
                 self._raise_worker_error(msg, worker)
-            if isinstance(msg.get("quiet_wait_s"), float) and msg["quiet_wait_s"] > 0:
+            if isinstance(msg.get("quiet_wait_s"), float) and msg["quiet_wait_s"] > QUIET_NOTE_S:
                 self.quiet_waits.append(msg["quiet_wait_s"])
             arena = self.arenas[role, "in"]
             for v, slot in zip(plan.inputs, call.in_slots, strict=True):
                 if slot is not None:
                     arena.view(slot).copy_(v)
+            if self._flush_buf is not None:
+                self._flush_buf.zero_()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            if role == CANDIDATE:
+                self._resume_candidate()
             wire.send_json(worker.conn, {"op": "go"})
             res = self._recv(worker, limit, f"round {plan.r}")
         finally:
@@ -627,8 +637,9 @@ class Judge:
         )
         if self.quiet_waits:
             self.evidence.guards.append(
-                f"gpu_quiet_wait: the reference waited for the GPU to go quiet before {len(self.quiet_waits)} "
-                f"call(s) (longest {max(self.quiet_waits) * 1e3:.1f} ms): work the candidate left running")
+                f"gpu_quiet_wait: the reference waited more than {QUIET_NOTE_S * 1e3:g} ms for the GPU to go quiet "
+                f"before {len(self.quiet_waits)} call(s) (longest {max(self.quiet_waits) * 1e3:.1f} ms): work left "
+                "running after the candidate's calls returned")
         if e_cand_all:
             timing.ref_event_us_median = statistics.median(e_ref_all)
             timing.cand_event_us_median = statistics.median(e_cand_all)

@@ -12,10 +12,10 @@ Started by the judge as ``python -m evalfarm.judge.worker FD``. Every evaluation
   (SIGSTOP) whenever it is not running its own block of calls.
 
 Both time each whole call with the same code (free memory poisoned, persisting L2 lines
-demoted, the L2 flushed, a device-wide synchronisation on each side of the call), so the
-protocol is the same for both and the judge pairs their times round by round. Each call is two
-steps: ``prepare`` (poison, flush, synchronise; on the reference's side on a GPU, wait until no
-other work runs on the device), after which the judge writes the call's inputs, and ``go``.
+demoted, a device-wide synchronisation on each side of the call), so the protocol is the same
+for both and the judge pairs their times round by round. Each call is two steps: ``prepare``
+(poison, demote, synchronise; on the reference's side on a GPU, wait until no other work runs on
+the device), after which the judge writes the call's inputs and flushes the L2, and ``go``.
 
 The candidate worker also checks, outside the timed calls and identically in every round,
 that its outputs have exactly the expected type, shape, dtype and device, and that they are
@@ -41,9 +41,12 @@ _CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert",
                        "misaligned address", "illegal instruction")
 
 REFERENCE, CANDIDATE = "reference", "candidate"
-# The reference's quiet-GPU wait: a probe counts as quick within 5x its idle latency (or this
-# margin above it), and the wait gives up (the candidate left work running) after QUIET_WAIT_S.
-QUIET_MARGIN_S = 50e-6
+# The reference's quiet-GPU wait: a probe counts as quick within QUIET_FACTOR times its idle
+# latency, clamped to [QUIET_FLOOR_S, QUIET_CAP_S] (a probe that shares the device with another
+# context's running kernel waits for a time slice); the wait gives up after QUIET_WAIT_S.
+QUIET_FACTOR = 5
+QUIET_FLOOR_S = 250e-6
+QUIET_CAP_S = 1e-3
 QUIET_WAIT_S = 5.0
 
 
@@ -158,12 +161,11 @@ class Worker:
         torch.set_grad_enabled(False)
         self.in_arena = Arena.attach(init["in_arena"])
         self.out_arena = Arena.attach(init["out_arena"])
-        flush_bytes = int(init.get("flush_bytes", 0))
-        self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
-        self._quiet_baseline_s: float | None = None
-        if self.is_cuda and self.role == REFERENCE:  # before any candidate code has run anywhere
+        self._quiet_limit_s: float | None = None
+        if self.is_cuda and self.role == REFERENCE:
             self._probe = torch.zeros(1, device=device)
-            self._quiet_baseline_s = min(self._probe_once() for _ in range(5))
+            baseline = min(self._probe_once() for _ in range(5))
+            self._quiet_limit_s = min(max(QUIET_FACTOR * baseline, QUIET_FLOOR_S), QUIET_CAP_S)
         load_start = _perf_ns()
         extensions: list[dict[str, Any]] = []
         if self.role == REFERENCE:
@@ -249,38 +251,32 @@ class Worker:
         GPU before that would still run, and share the device with the reference's call. A tiny
         probe kernel returns at once on an idle device and waits for a time slice on a busy one;
         three quick probes in a row mean quiet. Returns (quiet, seconds waited)."""
-        limit = max(5 * self._quiet_baseline_s, self._quiet_baseline_s + QUIET_MARGIN_S)
+        assert self._quiet_limit_s is not None
         start = _perf_ns()
         quick = 0
         while quick < 3:
-            quick = quick + 1 if self._probe_once() <= limit else 0
+            quick = quick + 1 if self._probe_once() <= self._quiet_limit_s else 0
             if (_perf_ns() - start) / 1e9 > QUIET_WAIT_S:
                 return False, (_perf_ns() - start) / 1e9
         return True, (_perf_ns() - start) / 1e9
 
     def prepare(self) -> dict[str, Any]:
         """Everything before a timed call that is not the call: it runs before the judge writes
-        the call's inputs, so none of it can see them."""
-        if self._poison is not None:  # first: the flush and the sync below come after it
+        the call's inputs (and flushes the L2), so none of it can see them."""
+        if self._poison is not None:
             try:
                 self._poison()
             except BaseException:  # noqa: BLE001 - fail closed: no unpoisoned call is ever timed
                 self.fail("infra", "poisoning free memory failed:\n" + traceback.format_exc())
-        if self._reset_l2 is not None:  # persisting lines become normal, so the flush evicts them
+        if self._reset_l2 is not None:  # persisting lines become normal, so the judge's flush evicts them
             self._reset_l2()
-        if self._flush_buf is not None:
-            self._flush_buf.zero_()
         self._sync()
         reply: dict[str, Any] = {"op": "prepared"}
-        if self._quiet_baseline_s is not None:
+        if self._quiet_limit_s is not None:
             quiet, waited = self._wait_quiet()
             if not quiet:
                 return {"op": "busy", "waited_s": waited}
-            if waited > 3 * self._quiet_baseline_s + QUIET_MARGIN_S:
-                reply["quiet_wait_s"] = waited
-            if self._flush_buf is not None:  # the probes touched the L2 again
-                self._flush_buf.zero_()
-                self._sync()
+            reply["quiet_wait_s"] = waited
         return reply
 
     def _timed(self, fn: Any, args: list[Any]) -> tuple[Any, int, float | None]:
