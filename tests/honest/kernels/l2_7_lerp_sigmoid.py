@@ -3,7 +3,7 @@
 # style: plain_rewrite
 # device: any
 # expect: OK
-# speedup: >=1.15
+# speedup: >=1.05
 # why: x + g * (y - x) is torch.lerp(x, y, g): two kernels (sigmoid, lerp) instead of four
 import torch
 import torch.nn as nn

@@ -3,7 +3,7 @@
 # style: folded_constants, lazy_weights, cudnn_benchmark
 # device: any
 # expect: OK
-# speedup: >=1.2
+# speedup: >=0.9
 # why: frozen batch norm is a per-channel affine map, folded into the conv weights and a bias on first call (self._w1 = self._w1.to(x.device) keeps them where the input is); the residual add and relu run in place on the conv's fresh output
 import torch
 import torch.nn as nn
