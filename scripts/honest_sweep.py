@@ -1,0 +1,92 @@
+"""Score the honest corpus (tests/honest/kernels) through the farm and report false positives.
+
+    python scripts/honest_sweep.py --device cuda|cpu [--static on|off|both] [--out sweep.json]
+
+Prints one row per kernel (file, task, style, verdict, speedup, claim met) and, per static
+mode, a final line ``honest corpus: N/M OK (false positives: K)``. Exits 1 when any kernel
+is not OK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evalfarm.build import BuildPool  # noqa: E402
+from evalfarm.config import ScoreConfig  # noqa: E402
+from evalfarm.scoring import as_candidate, score  # noqa: E402
+from evalfarm.verdict import Verdict  # noqa: E402
+from tests.honest.check import all_headers  # noqa: E402
+
+
+def _sweep(headers, cfg: ScoreConfig, pool: BuildPool, static: str) -> list[dict]:
+    import evalfarm.scoring as scoring
+
+    original = scoring.check_candidate_source
+    if static == "off":
+        scoring.check_candidate_source = lambda *a, **k: []
+    rows = []
+    try:
+        for h in headers:
+            r = score(h.task, as_candidate(str(h.path)), cfg, build_pool=pool)
+            row = {
+                "file": h.path.name, "task": h.task, "style": ",".join(h.styles), "device": h.device,
+                "static": static, "verdict": r.verdict.value, "speedup": r.speedup, "claim": h.speedup,
+                "claim_met": r.verdict is Verdict.OK and h.claim_met(r.speedup),
+                "detail": (r.detail or "")[:1500],
+            }
+            rows.append(row)
+            sp = f"{r.speedup:.2f}" if r.speedup is not None else "-"
+            print(f"{h.path.name:44s} {h.task:6s} {row['style'][:40]:40s} {row['verdict']:16s} {sp:>7s} "
+                  f"{h.speedup:>6s} {'met' if row['claim_met'] else 'NOT MET'}", flush=True)
+            if r.verdict is not Verdict.OK:
+                print("    " + row["detail"].strip().splitlines()[0][:300] if row["detail"].strip() else "", flush=True)
+    finally:
+        scoring.check_candidate_source = original
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", help="cpu, cuda or cuda:N")
+    ap.add_argument("--static", choices=("on", "off", "both"), default="both")
+    ap.add_argument("--out", type=Path, help="write all rows as JSON here")
+    ap.add_argument("--budget", type=float, default=3.0, help="timing budget per kernel (s)")
+    ap.add_argument("--inputs", type=int, default=100, help="correctness inputs per kernel")
+    ap.add_argument("--only", default="", help="substring of the file names to keep")
+    args = ap.parse_args(argv)
+
+    dev_kind = "cpu" if args.device == "cpu" else "cuda"
+    headers = [h for h in all_headers() if h.runs_on(dev_kind) and args.only in h.path.name]
+    cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs, timing_budget_s=args.budget,
+                      min_timed_rounds=21, reverify_above=0)
+    modes = ("on", "off") if args.static == "both" else (args.static,)
+    all_rows: list[dict] = []
+    summaries = []
+    with tempfile.TemporaryDirectory(prefix="honest-sweep-") as cache:
+        pool = BuildPool(max_workers=2, cache_dir=cache)
+        try:
+            for mode in modes:
+                print(f"== static guards {mode}, device {args.device}, {len(headers)} kernels", flush=True)
+                rows = _sweep(headers, cfg, pool, mode)
+                all_rows += rows
+                ok = sum(r["verdict"] == "OK" for r in rows)
+                missed = sum(r["verdict"] == "OK" and not r["claim_met"] for r in rows)
+                summaries.append(f"honest corpus: {ok}/{len(rows)} OK (false positives: {len(rows) - ok}) "
+                                 f"[static {mode}; OK below their speedup claim: {missed}]")
+        finally:
+            pool.close()
+    for line in summaries:
+        print(line)
+    if args.out:
+        args.out.write_text(json.dumps(all_rows, indent=1))
+    return 0 if all(r["verdict"] == "OK" for r in all_rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
