@@ -77,6 +77,7 @@ def main() -> int:
                        "ref_us": t.ref_time_us_median if t else None, "cand_us": t.cand_time_us_median if t else None,
                        "detail": r.detail[:300], "floor_applied": floor.get("applied"),
                        "guards": r.evidence.guards, "seconds": time.monotonic() - t0,
+                       "phases": r.evidence.phases_s,
                        "isolation": r.evidence.isolation}
                 rows.append(row)
                 print(json.dumps(row), flush=True)

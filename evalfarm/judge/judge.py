@@ -291,7 +291,7 @@ class Judge:
         self.phases: dict[str, float] = {}
         self.rng = random.Random(secrets.randbits(64))
         self.degenerate = ""
-        self._cand_stopped = False
+        self._stopped: set[str] = set()
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -309,7 +309,7 @@ class Judge:
         except Verdicted as v:
             return self._result(v.verdict, None, v.detail)
         finally:
-            self._resume_candidate()
+            self._resume_all()
             for w in workers:
                 w.close()
             for a in arenas:
@@ -413,7 +413,8 @@ class Judge:
         ready = self._recv(self.cand, cfg.load_timeout_s, "loading the candidate")
         if ready.get("op") != "ready":
             self._raise_worker_error(ready, self.cand)
-        self._stop_candidate()
+        self._stop(REFERENCE)
+        self._stop(CANDIDATE)
         self.evidence.build["worker_extensions"] = ready.get("extensions", [])
         isolation = ready.get("isolation", [])
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
@@ -466,15 +467,24 @@ class Judge:
     def _call_limit_s(self) -> float:
         return max(self.config.min_call_timeout_s, self.config.timeout_factor * self.t_ref_est)
 
-    # --- the candidate's process runs only while its own call is under way -----------
-    def _stop_candidate(self) -> None:
-        if not self._cand_stopped and self.cand.signal_group(signal.SIGSTOP):
-            self._cand_stopped = True
+    # --- a worker's process runs only while its own call is under way ------------------
+    # Stopping the candidate keeps it from computing ahead, or competing with the reference, while
+    # it is not being timed; stopping the reference too keeps the protocol the same for both (an
+    # idle worker's spinning thread pool would otherwise take cores from the other's call on CPU).
+    def _stop(self, role: str) -> None:
+        worker = self.ref if role == REFERENCE else self.cand
+        if role not in self._stopped and worker.signal_group(signal.SIGSTOP):
+            self._stopped.add(role)
 
-    def _resume_candidate(self) -> None:
-        if self._cand_stopped and hasattr(self, "cand"):
-            self.cand.signal_group(signal.SIGCONT)
-            self._cand_stopped = False
+    def _resume(self, role: str) -> None:
+        if role in self._stopped:
+            worker = self.ref if role == REFERENCE else self.cand
+            worker.signal_group(signal.SIGCONT)
+            self._stopped.discard(role)
+
+    def _resume_all(self) -> None:
+        for role in list(self._stopped):
+            self._resume(role)
 
     # --- rounds ----------------------------------------------------------------------
     def _plan_batch(self, first_round: int, n_correct: int) -> list[RoundPlan]:
@@ -514,13 +524,11 @@ class Judge:
         code in the candidate's process sees them outside the timed call."""
         worker = self.ref if role == REFERENCE else self.cand
         call = plan.calls[role]
-        if role == CANDIDATE:
-            self._resume_candidate()
+        self._resume(role)
         try:
             wire.send_json(worker.conn, call.prepare)
             msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing round {plan.r}")
-            if role == CANDIDATE:  # stopped while its inputs are written
-                self._stop_candidate()
+            self._stop(role)  # stopped while its inputs are written
             if msg.get("op") == "busy":
                 raise Verdicted(Verdict.HACK_DETECTED, "guard lingering_gpu_work: the GPU stayed busy for "
                                 f"{float(msg.get('waited_s', 0)):.1f} s after the candidate's call returned and "
@@ -537,13 +545,11 @@ class Judge:
                 self._flush_buf.zero_()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            if role == CANDIDATE:
-                self._resume_candidate()
+            self._resume(role)
             wire.send_json(worker.conn, {"op": "go"})
             res = self._recv(worker, limit, f"round {plan.r}")
         finally:
-            if role == CANDIDATE:
-                self._stop_candidate()
+            self._stop(role)
         if res.get("op") != "round":
             self._raise_worker_error(res, worker, in_correctness=plan.r < self.config.num_correctness_inputs)
         if _int(res, "r") != plan.r or _int(res, "t") <= 0:

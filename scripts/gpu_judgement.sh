@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The judgement work's GPU checks in one call (logs under $OUT; short tables printed last):
+#   bash scripts/gpu_judgement.sh [tests|compare|corpus|all] [seconds per stage]
+#   tests:   the GPU judge tests and the adversarial GPU suite
+#   compare: built-in fast variants and identical copies, scored by this farm and by the farm in
+#            .before/ (another checkout's evalfarm, e.g. `git archive <rev> evalfarm scripts`)
+#   corpus:  the honest corpus's CUDA kernels (scripts/honest_sweep.py)
+set -uo pipefail
+what=${1:-all}
+secs=${2:-200}
+tasks=${TASKS:-L1/1,L1/3,L2/3,L3/2}
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 EVALFARM_CACHE_DIR=/tmp/evalfarm-cache
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+if [[ $what == tests || $what == all ]]; then
+  timeout "$secs" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 \
+    tests/adversarial/test_gpu_attacks.py tests/adversarial/test_gpu_runtime_attacks.py \
+    tests/test_gpu.py -k "not builtin_cuda_variants_pass" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
+fi
+if [[ $what == compare || $what == all ]]; then
+  for side in after before; do
+    root=$PWD; [[ $side == before ]] && root=$PWD/.before
+    [[ -d $root/evalfarm ]] || { echo "no $root/evalfarm: skipping $side"; continue; }
+    timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side" --kinds fast,identical \
+      --tasks "$tasks" --inputs 100 --budget 2.0 --max-seconds $((secs - 30)) --out "$OUT/$side.json" \
+      > "$OUT/$side.log" 2>&1
+    tail -n 20 "$OUT/$side.log"
+  done
+fi
+if [[ $what == corpus || $what == all ]]; then
+  timeout "$secs" python3 scripts/honest_sweep.py --device cuda --static on --out "$OUT/corpus.json" \
+    > "$OUT/corpus.log" 2>&1
+  tail -n 25 "$OUT/corpus.log"
+fi
