@@ -28,6 +28,11 @@ class TimingEvidence:
     event_wall_gap: float | None = None  # cand wall/event ratio; large means work off the timed stream
     audited_rounds: int = 0
     seconds: float = 0.0
+    # The untimed moment before each call (L2 flush and sync, after the inputs were written), median
+    # per worker, and what was added to every candidate call for its excess (evalfarm.judge.judge).
+    pre_call_ref_us_median: float | None = None
+    pre_call_cand_us_median: float | None = None
+    pre_call_charge_us: float = 0.0
 
 
 @dataclasses.dataclass

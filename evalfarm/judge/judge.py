@@ -9,8 +9,11 @@ counts) can change it.
 
 Each round, in random order, the judge asks each worker to prepare a call (poison free
 memory, demote persisting L2 lines, synchronise), then writes that round's fresh inputs into
-the worker's input slots and flushes the L2, then lets the call run: the inputs reach the
-candidate's memory only right before its timed call starts, and every call starts cold. The candidate's process group is stopped (SIGSTOP) whenever
+the worker's input slots, then lets the call run (the worker flushes the L2 and synchronises
+right before it): the inputs reach the candidate's memory only right before its timed call
+starts. That last flush-and-sync is the only untimed moment the candidate could use them in;
+when its median takes longer in the candidate's process than in the reference's, the excess is
+added to every candidate call (``TimingEvidence.pre_call_charge_us``). The candidate's process group is stopped (SIGSTOP) whenever
 its own call is not under way, so it cannot compute ahead, or compete with the reference,
 while the reference runs; on a GPU, the reference worker also waits until no other work is
 running on the device before its call. Every correctness round and a random share of timed
@@ -59,6 +62,8 @@ MAX_REMEASURES = 2
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
 # side waiting for a quiet GPU) is bounded by this.
 PREPARE_TIMEOUT_S = 60.0
+# Noise allowed between the two workers' pre-call moments before the excess is charged.
+PRE_CALL_SLACK_NS = 10_000
 # A reference call that had to wait longer than this for a quiet GPU is noted in the evidence.
 QUIET_NOTE_S = 2e-3
 ISOLATION_NOTE = ("reference computed and timed in its own worker process; candidate process stopped "
@@ -382,8 +387,6 @@ class Judge:
             flush_bytes = 2 * (self.l2_bytes or 50 << 20)
             if self.l2_bytes is not None and self.floor_output_bytes > 2 * self.l2_bytes:
                 self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the workers' start-up
-        # The judge flushes the L2 after writing a call's inputs, so every call starts cold.
-        self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=self.device) if flush_bytes else None
         self.evidence.inputs_on_device = self.source.on_device
         self.phases["judge_setup"] = time.monotonic() - t0
 
@@ -394,7 +397,7 @@ class Judge:
                 memory_bytes=None if self.device.type == "cuda" else cfg.memory_limit_bytes,
                 file_size_bytes=cfg.file_size_limit_bytes)),
             "num_threads": num_threads, "init_inputs": init_inputs, "weight_seed": weight_seed,
-            "tuple_out": self.tuple_out,
+            "flush_bytes": flush_bytes, "tuple_out": self.tuple_out,
         }
         # Both load at once; the reference worker takes its quiet-GPU baseline before building the task.
         wire.send_pickle(self.ref.conn, {
@@ -541,8 +544,6 @@ class Judge:
             for v, slot in zip(plan.inputs, call.in_slots, strict=True):
                 if slot is not None:
                     arena.view(slot).copy_(v)
-            if self._flush_buf is not None:
-                self._flush_buf.zero_()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self._resume(role)
@@ -552,7 +553,7 @@ class Judge:
             self._stop(role)
         if res.get("op") != "round":
             self._raise_worker_error(res, worker, in_correctness=plan.r < self.config.num_correctness_inputs)
-        if _int(res, "r") != plan.r or _int(res, "t") <= 0:
+        if _int(res, "r") != plan.r or _int(res, "t") <= 0 or _int(res, "pre") < 0:
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: round results do not match the rounds sent")
         return res
 
@@ -562,6 +563,9 @@ class Judge:
         speedups: list[float] = []
         t_ref_all: list[int] = []
         t_cand_all: list[int] = []
+        pre_ref_all: list[int] = []
+        pre_cand_all: list[int] = []
+        charge = 0
         e_ref_all: list[float] = []
         e_cand_all: list[float] = []
         self.quiet_waits: list[float] = []
@@ -607,9 +611,10 @@ class Judge:
                         worst = c
                         self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
                 if plan.r >= cfg.warmup_rounds:
-                    speedups.append(t_ref / t_cand)
                     t_ref_all.append(t_ref)
                     t_cand_all.append(t_cand)
+                    pre_ref_all.append(plan.times[REFERENCE]["pre"])
+                    pre_cand_all.append(plan.times[CANDIDATE]["pre"])
                     e_ref, e_cand = plan.times[REFERENCE].get("e"), plan.times[CANDIDATE].get("e")
                     if isinstance(e_ref, int | float) and isinstance(e_cand, int | float):
                         e_ref_all.append(float(e_ref))
@@ -620,6 +625,8 @@ class Judge:
             if timing_start is None:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
+            charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
+            speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
             d = decide(stats, elapsed_s=time.monotonic() - start, budget_s=cfg.timing_budget_s,
                        min_rounds=cfg.min_timed_rounds, target_ci=cfg.target_ci,
@@ -627,7 +634,7 @@ class Judge:
                        remeasures_left=MAX_REMEASURES - remeasured)
             if d.discard:
                 remeasured += 1
-                speedups, t_ref_all, t_cand_all, e_ref_all, e_cand_all = [], [], [], [], []
+                t_ref_all, t_cand_all, pre_ref_all, pre_cand_all, e_ref_all, e_cand_all = [], [], [], [], [], []
                 continue
             if d.stop and stats is not None:  # without stats, keep going until num_buckets rounds
                 stable = d.stable
@@ -640,7 +647,15 @@ class Judge:
             raw_speedup=stats.score,
             ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
             audited_rounds=audited, seconds=time.monotonic() - start,
+            pre_call_ref_us_median=statistics.median(pre_ref_all) / 1e3,
+            pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=charge / 1e3,
         )
+        if charge:
+            self.evidence.guards.append(
+                f"pre_call_charge: the moment before each call (flush and sync, inputs already written) took "
+                f"{timing.pre_call_cand_us_median:.1f} us in the candidate's process against "
+                f"{timing.pre_call_ref_us_median:.1f} us in the reference's; the {charge / 1e3:.1f} us excess "
+                "is added to every candidate call")
         if self.quiet_waits:
             self.evidence.guards.append(
                 f"gpu_quiet_wait: the reference waited more than {QUIET_NOTE_S * 1e3:g} ms for the GPU to go quiet "
@@ -732,6 +747,21 @@ class Judge:
         self.evidence.clocks = _clocks(self.device)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
                            detail=detail, evidence=self.evidence, task=self.task.name)
+
+
+def pre_call_charge_ns(pre_ref: list[int], pre_cand: list[int]) -> int:
+    """What to add to every candidate call for work done in the untimed moment before it.
+
+    Between the judge writing a call's inputs and the call starting, each worker flushes the L2
+    and synchronises: the same work in both processes. Work the candidate's process starts on the
+    inputs in that moment (a host thread launching kernels the synchronisation then waits for)
+    makes its median longer than the reference's. An excess beyond noise (10 us plus 10% of the
+    reference's median) is charged in full; below it nothing is."""
+    if not pre_ref or not pre_cand:
+        return 0
+    ref = statistics.median(pre_ref)
+    excess = statistics.median(pre_cand) - ref
+    return int(excess) if excess > PRE_CALL_SLACK_NS + 0.1 * ref else 0
 
 
 def worker_error_verdict(msg: dict[str, Any], role: str) -> tuple[Verdict, str]:

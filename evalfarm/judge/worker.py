@@ -12,10 +12,13 @@ Started by the judge as ``python -m evalfarm.judge.worker FD``. Every evaluation
   (SIGSTOP) whenever it is not running its own block of calls.
 
 Both time each whole call with the same code (free memory poisoned, persisting L2 lines
-demoted, a device-wide synchronisation on each side of the call), so the protocol is the same
-for both and the judge pairs their times round by round. Each call is two steps: ``prepare``
-(poison, demote, synchronise; on the reference's side on a GPU, wait until no other work runs on
-the device), after which the judge writes the call's inputs and flushes the L2, and ``go``.
+demoted, the L2 flushed, a device-wide synchronisation on each side of the call), so the
+protocol is the same for both and the judge pairs their times round by round. Each call is two
+steps: ``prepare`` (poison, demote, synchronise; on the reference's side on a GPU, wait until no
+other work runs on the device), after which the judge writes the call's inputs, and ``go``
+(flush, synchronise, call). The flush-and-synchronise before the call is the one moment the
+inputs are visible untimed; its duration is reported, and the judge charges the candidate for
+any excess over the reference's.
 
 The candidate worker also checks, outside the timed calls and identically in every round,
 that its outputs have exactly the expected type, shape, dtype and device, and that they are
@@ -161,6 +164,8 @@ class Worker:
         torch.set_grad_enabled(False)
         self.in_arena = Arena.attach(init["in_arena"])
         self.out_arena = Arena.attach(init["out_arena"])
+        flush_bytes = int(init.get("flush_bytes", 0))
+        self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
         self._quiet_limit_s: float | None = None
         if self.is_cuda and self.role == REFERENCE:
             self._probe = torch.zeros(1, device=device)
@@ -261,14 +266,14 @@ class Worker:
         return True, (_perf_ns() - start) / 1e9
 
     def prepare(self) -> dict[str, Any]:
-        """Everything before a timed call that is not the call: it runs before the judge writes
-        the call's inputs (and flushes the L2), so none of it can see them."""
+        """Everything before a timed call that need not follow the inputs: it runs before the
+        judge writes them, so none of it can see them."""
         if self._poison is not None:
             try:
                 self._poison()
             except BaseException:  # noqa: BLE001 - fail closed: no unpoisoned call is ever timed
                 self.fail("infra", "poisoning free memory failed:\n" + traceback.format_exc())
-        if self._reset_l2 is not None:  # persisting lines become normal, so the judge's flush evicts them
+        if self._reset_l2 is not None:  # persisting lines become normal, so the flush evicts them
             self._reset_l2()
         self._sync()
         reply: dict[str, Any] = {"op": "prepared"}
@@ -279,7 +284,15 @@ class Worker:
             reply["quiet_wait_s"] = waited
         return reply
 
-    def _timed(self, fn: Any, args: list[Any]) -> tuple[Any, int, float | None]:
+    def _timed(self, fn: Any, args: list[Any]) -> tuple[Any, int, float | None, int]:
+        """(output, call ns, CUDA-event us, pre-call ns). Before the call, the L2 is flushed from this
+        process's own context (so the call starts cold, and the GPU's switch from the judge's
+        context to this one is paid here rather than inside the call); that pre-call time is
+        reported too, since it is the one moment the call's inputs are visible untimed."""
+        p0 = _perf_ns()
+        if self._flush_buf is not None:
+            self._flush_buf.zero_()
+        self._sync()
         if self.is_cuda:
             e0, e1 = self._event(enable_timing=True), self._event(enable_timing=True)
             e0.record()
@@ -290,13 +303,13 @@ class Worker:
         self._sync()
         t1 = _perf_ns()
         ev = e0.elapsed_time(e1) * 1000.0 if self.is_cuda else None
-        return out, t1 - t0, ev
+        return out, t1 - t0, ev, t0 - p0
 
     def run_call(self, rd: dict[str, Any]) -> dict[str, Any]:
         r = int(rd["r"])
         args = self._args(rd["in"])
         try:
-            out, t, ev = self._timed(self.model, args)
+            out, t, ev, pre = self._timed(self.model, args)
         except BaseException as err:  # noqa: BLE001
             kind = "infra" if self.role == REFERENCE else _error_kind(err)
             return {"op": "error", "kind": kind, "round": r, "detail": traceback.format_exc()[-8000:]}
@@ -319,7 +332,7 @@ class Worker:
         except BaseException as err:  # noqa: BLE001
             return {"op": "error", "kind": "infra" if self.role == REFERENCE else _error_kind(err), "round": r,
                     "detail": f"reading the output failed: {type(err).__name__}: {err}"}
-        return {"op": "round", "r": r, "t": t, "e": ev}
+        return {"op": "round", "r": r, "t": t, "e": ev, "pre": pre}
 
     def _structure_problem(self, outs: list[Any], raw: Any, slots: list[Any]) -> str:
         from evalfarm.judge.arena import DTYPES
