@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalfarm.build import BuildPool  # noqa: E402
 from evalfarm.config import ScoreConfig  # noqa: E402
+from evalfarm.devices import build_arch  # noqa: E402
 from evalfarm.scoring import as_candidate, score  # noqa: E402
 from evalfarm.verdict import Verdict  # noqa: E402
 from tests.honest.check import all_headers  # noqa: E402
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=3.0, help="timing budget per kernel (s)")
     ap.add_argument("--inputs", type=int, default=100, help="correctness inputs per kernel")
     ap.add_argument("--only", default="", help="substring of the file names to keep")
+    ap.add_argument("--build-workers", type=int, default=2, help="parallel load_inline builds")
     args = ap.parse_args(argv)
 
     dev_kind = "cpu" if args.device == "cpu" else "cuda"
@@ -69,8 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     all_rows: list[dict] = []
     summaries = []
     with tempfile.TemporaryDirectory(prefix="honest-sweep-") as cache:
-        pool = BuildPool(max_workers=2, cache_dir=cache)
+        pool = BuildPool(max_workers=args.build_workers, cache_dir=cache)
         try:
+            # Every load_inline build at once, up front: the sweep then scores from the cache.
+            arch = build_arch(args.device)
+            builds = [pool.submit(h.path.read_text(), arch) for h in headers]
+            failed = [h.path.name for h, b in zip(headers, builds, strict=True) if b.result().status not in ("ok", "skipped")]
+            print(f"== prebuilt {len(builds)} sources ({len(failed)} not ok: {failed})", flush=True)
             for mode in modes:
                 print(f"== static guards {mode}, device {args.device}, {len(headers)} kernels", flush=True)
                 rows = _sweep(headers, cfg, pool, mode)
