@@ -113,3 +113,15 @@ def test_size_profiles_allow_bounded_constant_arithmetic_only(expr, ok):
             parse_task(src, "t")
     else:
         assert parse_task(src, "t").size_profiles == {"small": {"dim": ok}}
+
+
+def test_exec_module_sources_are_readable_by_inspect():
+    # Triton's @triton.jit (and tracebacks) read a function's source through linecache.
+    import inspect
+
+    from evalfarm.tasks.format import exec_module
+
+    src = "def kernel(x):\n    return x + 1\n\n\nclass ModelNew:\n    def forward(self, x):\n        return kernel(x)\n"
+    module = exec_module(src, "evalfarm_test_inspect", "candidate_inspect.py")
+    assert inspect.getsource(module.kernel) == "def kernel(x):\n    return x + 1\n"
+    assert "return kernel(x)" in inspect.getsource(module.ModelNew)

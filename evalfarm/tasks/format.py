@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import linecache
 import sys
 import types
 from pathlib import Path
@@ -189,10 +190,15 @@ def load_candidate_file(path: str | Path) -> Candidate:
 
 
 def exec_module(source: str, module_name: str, filename: str) -> types.ModuleType:
-    """Execute source as a fresh module registered in sys.modules (dataclasses and pickling need it)."""
+    """Execute source as a fresh module registered in sys.modules (dataclasses and pickling need it).
+
+    The source is also registered with ``linecache`` under ``filename``, so ``inspect.getsource``
+    works on what it defines: Triton's ``@triton.jit`` reads a kernel's source that way, and
+    tracebacks show the lines."""
     module = types.ModuleType(module_name)
     module.__file__ = filename
     sys.modules[module_name] = module
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     code = compile(source, filename, "exec")
     exec(code, module.__dict__)  # noqa: S102 - running task/candidate code is the point
     return module

@@ -25,7 +25,7 @@ REQUIRED_STYLES = {
     "triton", "algebraic_shortcut", "plain_rewrite", "identical_copy",
 }
 
-CPU_CONFIG = ScoreConfig(device="cpu", num_correctness_inputs=100, timing_budget_s=2.0, min_timed_rounds=21,
+CPU_CONFIG = ScoreConfig(device="cpu", num_correctness_inputs=50, timing_budget_s=1.5, min_timed_rounds=21,
                          reverify_above=0)
 CUDA_CONFIG = ScoreConfig(device="cuda", num_correctness_inputs=100, timing_budget_s=3.0, min_timed_rounds=21,
                           reverify_above=0)

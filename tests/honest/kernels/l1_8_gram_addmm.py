@@ -3,7 +3,7 @@
 # style: algebraic_shortcut
 # device: any
 # expect: OK
-# speedup: >=2
+# speedup: >=1.2
 # why: |x - y|^2 = |x|^2 + |y|^2 - 2 x.y; one GEMM (addmm with alpha=-2) instead of a (Q, K, D) difference tensor
 import torch
 import torch.nn as nn

@@ -1,10 +1,10 @@
 # ruff: noqa
 # task: L1/9
 # style: algebraic_shortcut
-# device: any
+# device: cpu
 # expect: OK
 # speedup: >=1.1
-# why: for upper-triangular A and B the lower-left block of A @ B is zero, so 2x2 blocking needs four half-size products (half the flops) and the diagonal blocks recurse
+# why: (CPU: on an H100 the recursion measured 0.34x against one cuBLAS call) for upper-triangular A and B the lower-left block of A @ B is zero, so 2x2 blocking needs four half-size products (half the flops) and the diagonal blocks recurse
 import torch
 import torch.nn as nn
 
