@@ -1,7 +1,7 @@
 """The ``evalfarm`` command: score locally or on a farm, list tasks, serve, show status.
 
     evalfarm score --task L1/1 --candidate my_kernel.py [--device cpu|cuda[:N]] [--json]
-    evalfarm tasks [--kernelbench-root DIR]
+    evalfarm tasks [--kernelbench-root DIR] [--lint [--device cpu|cuda] [--size-profile P]]
     evalfarm serve --port 50051 [--device cpu] ...
     evalfarm status --server HOST:PORT
 
@@ -86,15 +86,39 @@ def run_tasks(args: argparse.Namespace) -> int:
 
     suite = kernelbench_suite(args.kernelbench_root) if args.kernelbench_root else builtin_suite()
     rows = []
-    for e in suite.entries:
+    entries = list(suite.entries)
+    progress = None
+    if args.lint:
+        from tqdm import tqdm
+
+        from evalfarm.tasks.lint import lint_task
+
+        progress = tqdm(entries, desc="linting tasks", unit="task", file=sys.stderr, disable=None)
+    for e in progress if progress is not None else entries:
         variants = suite.variants(e.task_id) if not args.kernelbench_root else []
-        rows.append({"id": e.task_id, "name": e.name, "path": str(e.path),
-                     "variants": [f"{v.kind}_{v.devices}_{v.label}" for v in variants]})
+        row: dict[str, object] = {"id": e.task_id, "name": e.name, "path": str(e.path),
+                                  "variants": [f"{v.kind}_{v.devices}_{v.label}" for v in variants]}
+        if args.lint:
+            row["lint"] = lint_task(suite.load(e.task_id), args.device, args.size_profile).to_dict()
+        rows.append(row)
     if args.json:
         print(json.dumps(rows))
-    else:
-        for row in rows:
-            print(f"{row['id']:<8} {row['name']:<32} {len(row['variants'])} variants")
+        return 0
+    for row in rows:
+        line = f"{row['id']:<8} {row['name']:<32} {len(row['variants'])} variants"  # type: ignore[arg-type]
+        lint = row.get("lint")
+        if isinstance(lint, dict):
+            if not lint["loaded"]:
+                line += f"  LOAD FAILED: {str(lint['error']).splitlines()[0][:200]}"
+            elif lint["degenerate"]:
+                line += f"  DEGENERATE: {lint['degenerate']}"
+            else:
+                line += f"  ok ({lint['profile']}, reference {lint['ref_ms']:.3f} ms)"
+        print(line)
+    if args.lint:
+        bad = [r for r in rows if isinstance(r.get("lint"), dict) and not r["lint"]["ok"]]  # type: ignore[index]
+        print(f"{len(rows) - len(bad)}/{len(rows)} tasks load and depend on their inputs"
+              + (" (no speedup is paid on a degenerate task: docs/tasks.md)" if bad else ""))
     return 0
 
 
@@ -103,9 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_score_args(sub.add_parser("score", help="score a candidate against a task"))
-    p_tasks = sub.add_parser("tasks", help="list tasks")
-    p_tasks.add_argument("--kernelbench-root", default=None)
-    p_tasks.add_argument("--json", action="store_true")
+    p_tasks = sub.add_parser("tasks", help="list tasks (and lint them)")
+    p_tasks.add_argument("--kernelbench-root", default=None, help="list a KernelBench checkout instead of the built-in suite")
+    p_tasks.add_argument("--json", action="store_true", help="print one JSON array")
+    p_tasks.add_argument("--lint", action="store_true",
+                         help="load every task and probe it: does its output depend on its inputs (degenerate tasks)?")
+    p_tasks.add_argument("--device", default="cpu", help="device for --lint: cpu, cuda or cuda:N (default: cpu)")
+    p_tasks.add_argument("--size-profile", default="auto", help="size profile for --lint (default: auto)")
     p_serve = sub.add_parser("serve", help="run a farm daemon")
     p_status = sub.add_parser("status", help="show a daemon's capacity and health")
     try:

@@ -72,7 +72,7 @@ class TaskLint:
         return self.loaded and not self.degenerate
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "ok": self.ok}
 
 
 def lint_task(task: Any, device: str = "cpu", profile: str = "auto") -> TaskLint:

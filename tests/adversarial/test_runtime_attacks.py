@@ -200,3 +200,16 @@ def test_global_forward_hooks_never_reach_the_reference(task, build_pool, attack
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
     assert r.speedup is not None and r.speedup <= 1.4, (r.speedup, r.evidence.timing)
     assert any("reference computed and timed in its own worker process" in n for n in r.evidence.isolation)
+
+
+def test_a_degenerate_task_pays_no_speedup(build_pool):
+    # The reference's output is zero for every input: the shortcut is correct, and would be paid
+    # many times over (11.6x on a GPU, 9.1x on CPU before). The judge probes the task and reports
+    # 1.00 with the reason.
+    zero = as_task(str(RUNTIME / "task_zero_output.py"))
+    r = _score(zero, RUNTIME / "zero_shortcut.py", build_pool)
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
+    assert r.speedup == 1.0, r.speedup
+    assert "does not depend on them" in r.evidence.task_flags["degenerate"]
+    assert any(g.startswith("task_degenerate:") for g in r.evidence.guards), r.evidence.guards
+    assert r.evidence.timing.raw_speedup > 2, r.evidence.timing  # what would have been paid
