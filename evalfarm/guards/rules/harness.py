@@ -3,7 +3,8 @@
 ``harness_access`` (blocks): real in-process tampering with the worker's harness -- walking
 frames (``sys._getframe``, ``inspect.currentframe``/``stack``, ``.f_back``/``.f_locals``),
 walking the object graph (``gc.get_objects``/``get_referrers``/``get_referents``,
-``__subclasses__``), reaching ``evalfarm``/``__main__``/pytest modules, installing trace,
+``__subclasses__``), reaching ``evalfarm``/``__main__``/pytest modules or ``sys.modules`` at all
+(a computed key or an iteration can reach the worker's own module), installing trace,
 profile, audit or import hooks, writing to builtins or to ``sys``. Invisible at run time: the
 patched worker reports what the candidate wants it to.
 
@@ -30,14 +31,14 @@ NAMES = name_rules(
         "threading.settrace", "threading.setprofile", "inspect.currentframe", "inspect.stack",
         "inspect.getouterframes", "inspect.getinnerframes", "inspect.trace",
         "gc.get_objects", "gc.get_referrers", "gc.get_referents", "__main__", "evalfarm",
-        "pytest", "_pytest", "torch.testing._internal",
+        "pytest", "_pytest", "torch.testing._internal", "sys.modules",
     ],
     "reaches into the harness (frames, object graph, hooks, harness modules)",
 )
 NAMES |= name_rules(
     "interpreter_access",
     [
-        "ctypes", "_ctypes", "cffi", "sys.modules", "sys.setrecursionlimit", "sys.__stdout__",
+        "ctypes", "_ctypes", "cffi", "sys.setrecursionlimit", "sys.__stdout__",
         "sys.__stderr__", "inspect.getframeinfo", "inspect.getmembers", "gc.callbacks",
         "gc.disable", "gc.freeze", "builtins", "__builtins__", "weakref", "tracemalloc",
         "importlib.reload",

@@ -1,0 +1,82 @@
+"""Every static rule that still decides a verdict alone, shown missed by the runtime alone.
+
+The runtime decides verdicts; a static finding blocks by itself only for what is invisible at run
+time or unsafe to run (docs/security.md, "Static analysis testifies"). Each test here scores an
+attack twice: with static analysis off (the runtime alone: it pays the attack, or the damage is
+done before any verdict) and with it on (the blocking rule refuses it before anything runs).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.result import ScoreResult
+from evalfarm.scoring import as_candidate, as_task, score
+
+RUNTIME = Path(__file__).parent / "adversarial" / "runtime"
+
+QUICK = ScoreConfig(num_correctness_inputs=30, timing_budget_s=1.0, min_timed_rounds=35, reverify_above=0)
+
+
+@pytest.fixture(scope="module")
+def task(data_dir):
+    return as_task(str(data_dir / "task_scale.py"))
+
+
+def score_attack(task, source: str | Path, build_pool, cfg: ScoreConfig) -> ScoreResult:
+    candidate = as_candidate(str(source)) if isinstance(source, Path) else as_candidate(source)
+    return score(task, candidate, cfg, build_pool=build_pool)
+
+
+def _both(task, source, build_pool, monkeypatch):
+    on = score_attack(task, source, build_pool, QUICK)
+    with monkeypatch.context() as m:
+        m.setattr("evalfarm.scoring.check_candidate_source", lambda *a, **k: [])
+        off = score_attack(task, source, build_pool, QUICK)
+    return on, off
+
+
+def test_harness_access_patching_the_workers_clock(task, build_pool, monkeypatch):
+    # Invisible at run time: the patched clock is the one that measures.
+    on, off = _both(task, RUNTIME / "harness_clock_patch.py", build_pool, monkeypatch)
+    assert off.verdict is Verdict.OK and off.speedup > 20, (off.verdict, off.speedup, off.detail)
+    assert on.verdict is Verdict.HACK_DETECTED and "harness_access" in on.detail, (on.verdict, on.detail)
+    assert on.evidence.static_findings and on.evidence.static_findings[0]["blocking"]
+
+
+def test_filesystem_removing_a_file_outside_its_directory(task, build_pool, monkeypatch, tmp_path):
+    # Unsafe to run: the file is gone whatever the verdict says afterwards.
+    def source(victim: Path) -> str:
+        victim.write_text("keep me")
+        return (RUNTIME / "filesystem_remove.py").read_text().replace('VICTIM = ""', f"VICTIM = {str(victim)!r}")
+
+    kept, lost = tmp_path / "kept.txt", tmp_path / "lost.txt"
+    on = score_attack(task, source(kept), build_pool, QUICK)
+    assert on.verdict is Verdict.HACK_DETECTED and "filesystem" in on.detail, (on.verdict, on.detail)
+    assert kept.exists()
+    with monkeypatch.context() as m:
+        m.setattr("evalfarm.scoring.check_candidate_source", lambda *a, **k: [])
+        off = score_attack(task, source(lost), build_pool, QUICK)
+    assert not lost.exists(), "the runtime alone let the candidate remove a file outside its directory"
+    assert off.verdict is Verdict.OK, (off.verdict, off.detail)
+
+
+def test_process_abuse_a_child_that_outlives_the_verdict(task, build_pool, monkeypatch, tmp_path):
+    # Unsafe to run: a detached child keeps running after the evaluation ends.
+    marker = tmp_path / "child-was-here"
+    child = f"import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).write_text('x')"
+    extra = f"\nimport subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True)\n"
+    src = (Path(__file__).parent / "data" / "cand_same.py").read_text() + extra
+    on = score_attack(task, src, build_pool, QUICK)
+    assert on.verdict is Verdict.HACK_DETECTED and "process_abuse" in on.detail, (on.verdict, on.detail)
+    with monkeypatch.context() as m:
+        m.setattr("evalfarm.scoring.check_candidate_source", lambda *a, **k: [])
+        off = score_attack(task, src, build_pool, QUICK)
+    assert off.verdict is Verdict.OK, (off.verdict, off.detail)
+    subprocess.run([sys.executable, "-c", "import time; time.sleep(5)"], check=True)
+    assert marker.exists(), "the runtime alone let a child of the candidate outlive its verdict"
