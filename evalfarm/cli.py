@@ -32,6 +32,8 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", type=int, default=None, help="correctness inputs (default 1000)")
     p.add_argument("--budget", type=float, default=None, help="timing budget in seconds (default 10)")
     p.add_argument("--tolerance", choices=["strict", "kernelbench"], default=None)
+    p.add_argument("--guard-policy", choices=["honest", "paper", "strict", "permissive"], default=None,
+                   help="which static findings decide alone (default: honest; paper = KernelBench's rules)")
     p.add_argument("--size-profile", default=None, help="task size profile (default: auto)")
     p.add_argument("--kernelbench-root", default=None, help="resolve --task in a KernelBench checkout")
     p.add_argument("--cache-dir", default=None, help="extension build cache (default ~/.cache/evalfarm)")
@@ -51,6 +53,8 @@ def _config_from(args: argparse.Namespace) -> ScoreConfig:
         changes["tolerance"] = args.tolerance
     if args.size_profile is not None:
         changes["size_profile"] = args.size_profile
+    if args.guard_policy is not None:
+        changes["guard_policy"] = args.guard_policy
     return ScoreConfig(**changes)  # type: ignore[arg-type]
 
 

@@ -114,7 +114,8 @@ def _build_request(args: argparse.Namespace) -> pb.ScoreRequest:
         task = pb.TaskRef(name=spec)
     options: dict[str, Any] = {}
     for attr, field in (("inputs", "num_correctness_inputs"), ("budget", "timing_budget_s"),
-                        ("tolerance", "tolerance"), ("size_profile", "size_profile")):
+                        ("tolerance", "tolerance"), ("size_profile", "size_profile"),
+                        ("guard_policy", "guard_policy")):
         value = getattr(args, attr, None)
         if value is not None:
             options[field] = value
