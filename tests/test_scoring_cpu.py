@@ -277,3 +277,16 @@ def test_killed_judge_gives_one_infra_error_and_leaves_no_worker(task, data_dir,
                 assert f.read().split()[2] == "Z", "a worker outlived its judge"
         except FileNotFoundError:
             pass
+
+
+def test_first_calls_share_an_allowance_for_lazy_work(task, data_dir, build_pool):
+    # Two 1.5 s first calls against a 0.5 s per-call bound: within a 5 s first-call allowance
+    # (shared by the calls before the first timed round) they are fine ...
+    r = _score(task, data_dir, "cand_slow_first_calls.py", build_pool, min_call_timeout_s=0.5,
+               first_call_timeout_s=5.0)
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
+    # ... and once the allowance is spent (here after the first call), the bound applies.
+    r = _score(task, data_dir, "cand_slow_first_calls.py", build_pool, min_call_timeout_s=0.5,
+               first_call_timeout_s=1.2)
+    assert r.verdict is Verdict.TIMEOUT, (r.verdict, r.detail)
+    assert "round 1" in r.detail, r.detail

@@ -590,15 +590,19 @@ class Judge:
                         limit = max(limit, 2 * self.t_ref_est + ROUND_SLACK_S + cfg.min_call_timeout_s)
                     elif warm:
                         limit += allowance
-                    t_call = time.monotonic()
                     times[role] = self._run_call(role, plan, limit)
-                    if role == CANDIDATE and warm:
-                        allowance = max(0.0, allowance - max(0.0, time.monotonic() - t_call - self._call_limit_s()))
                 t_ref, t_cand = times[REFERENCE]["t"], times[CANDIDATE]["t"]
-                self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t_ref / 1e9
-                if t_cand / 1e9 > self._call_limit_s() and not warm:
+                over = t_cand / 1e9 - self._call_limit_s()
+                if warm and over > allowance:
+                    raise Verdicted(Verdict.TIMEOUT, f"round {plan.r}: the calls before the first timed round "
+                                    f"took more than the per-call bound ({self._call_limit_s():.3g} s) plus the "
+                                    f"first-call allowance ({cfg.first_call_timeout_s:g} s in all)")
+                if warm:
+                    allowance -= max(0.0, over)
+                elif over > 0:
                     raise Verdicted(Verdict.TIMEOUT, f"a call took {t_cand / 1e6:.1f} ms, more than "
                                     f"{cfg.timeout_factor:g}x the reference's {self.t_ref_est * 1e3:.3f} ms")
+                self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t_ref / 1e9
                 plan.times = times
             # Audits run only now, with both workers idle: judge work on the device never
             # overlaps a timed call.
