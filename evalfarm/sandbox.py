@@ -114,6 +114,11 @@ def clean_env(private_tmp: str, extra: dict[str, str] | None = None) -> dict[str
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONNOUSERSITE="1",
         OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1)),
+        # The same fixed glibc heap settings in every worker: with glibc's dynamic thresholds, two
+        # processes running the same call can differ in whether its buffers come from a heap kept
+        # mapped or from fresh pages (page faults on every call), depending on what each did before.
+        MALLOC_MMAP_THRESHOLD_=str(32 << 20),
+        MALLOC_TRIM_THRESHOLD_=str(256 << 20),
     )
     if extra:
         env.update(extra)
