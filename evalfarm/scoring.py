@@ -22,7 +22,7 @@ from evalfarm import reverify, sandbox
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
-from evalfarm.guards import CandidateSyntaxError, GuardPolicy, check_candidate_source
+from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking, check_candidate_source
 from evalfarm.judge import wire
 from evalfarm.result import Evidence, ScoreResult
 from evalfarm.tasks.format import Candidate, Task, load_candidate_file, parse_candidate, parse_task
@@ -134,13 +134,13 @@ class Evaluation:
         phases["static_guards"] = time.monotonic() - t0
         # Static analysis testifies: every finding goes into the evidence; only a blocking one
         # (unsafe to run, or invisible at run time under the policy) decides the verdict alone.
-        static = [finding_dict(f) for f in findings]
-        blocking = [f for f in findings if getattr(f, "blocking", True)]
-        if blocking:
-            notes = [f"{f.guard}: {f.reason}" for f in blocking]
+        static = [f.to_dict() for f in findings]
+        blocks = blocking(findings)
+        if blocks:
+            notes = [f"{f.guard}: {f.reason}" for f in blocks]
             return ScoreResult.failure(
-                Verdict.HACK_DETECTED, f"guard {blocking[0].guard}: {blocking[0].reason}"
-                + (f" (+{len(blocking) - 1} more)" if len(blocking) > 1 else ""),
+                Verdict.HACK_DETECTED, f"guard {blocks[0].guard}: {blocks[0].reason}"
+                + (f" (+{len(blocks) - 1} more)" if len(blocks) > 1 else ""),
                 evidence=Evidence(guards=notes, phases_s=phases, static_findings=static))
         if "ModelNew" not in self.candidate.source:
             return ScoreResult.failure(Verdict.LOAD_ERROR, "the candidate defines no class ModelNew")
@@ -215,15 +215,6 @@ class Evaluation:
         finally:
             conn.close()
             sandbox.wipe(tmp)
-
-
-def finding_dict(f: object) -> dict[str, object]:
-    """A static finding as evidence: rule id, line, message and whether it blocked."""
-    to_dict = getattr(f, "to_dict", None)
-    if to_dict is not None:
-        return to_dict()
-    return {"guard": f.guard, "reason": f.reason, "line": getattr(f, "line", None),  # type: ignore[attr-defined]
-            "blocking": getattr(f, "blocking", True)}
 
 
 def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None) -> Evaluation:

@@ -433,8 +433,7 @@ class Judge:
         Every finding goes into the evidence; only a blocking one (symbol interposition, which the
         worker's own clock cannot see) decides the verdict."""
         from evalfarm.build.cache import ExtensionCache
-        from evalfarm.guards import ElfError, GuardPolicy, check_extension_symbols
-        from evalfarm.scoring import finding_dict
+        from evalfarm.guards import ElfError, GuardPolicy, blocking, check_extension_symbols
 
         if not isinstance(extensions, list):
             return
@@ -453,11 +452,11 @@ class Judge:
                 findings = check_extension_symbols(so, policy)
             except ElfError as err:
                 raise Verdicted(Verdict.INFRA_ERROR, f"cannot read built extension {name}: {err}") from None
-            self.evidence.static_findings.extend(finding_dict(f) for f in findings)
-            blocking = [f for f in findings if getattr(f, "blocking", True)]
-            if blocking:
-                self.evidence.guards.extend(f"{f.guard}: {f.reason}" for f in blocking)
-                raise Verdicted(Verdict.HACK_DETECTED, f"guard {blocking[0].guard}: {blocking[0].reason}")
+            self.evidence.static_findings.extend(f.to_dict() for f in findings)
+            blocks = blocking(findings)
+            if blocks:
+                self.evidence.guards.extend(f"{f.guard}: {f.reason}" for f in blocks)
+                raise Verdicted(Verdict.HACK_DETECTED, f"guard {blocks[0].guard}: {blocks[0].reason}")
 
     def _ref_call(self, model: Any, inputs: list[Any]) -> tuple[Any, float]:
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
@@ -552,7 +551,7 @@ class Judge:
         finally:
             self._stop(role)
         if res.get("op") != "round":
-            self._raise_worker_error(res, worker, in_correctness=plan.r < self.config.num_correctness_inputs)
+            self._raise_worker_error(res, worker)
         if _int(res, "r") != plan.r or _int(res, "t") <= 0 or _int(res, "pre") < 0:
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: round results do not match the rounds sent")
         return res
@@ -743,7 +742,7 @@ class Judge:
                 raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker sent a bad message: {err}") from None
             raise Verdicted(Verdict.HACK_DETECTED, f"guard worker_protocol: {err}") from None
 
-    def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle, in_correctness: bool = True) -> None:
+    def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         raise Verdicted(*worker_error_verdict(msg, worker.role))
 
     def _result(self, verdict: Verdict, speedup: float | None, detail: str) -> ScoreResult:

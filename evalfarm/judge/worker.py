@@ -9,7 +9,7 @@ Started by the judge as ``python -m evalfarm.judge.worker FD``. Every evaluation
   reference's outputs back for the judge to compare against.
 * the **candidate** worker builds ``ModelNew``. It is untrusted: it never sees the input seed,
   the reference's outputs or the verdict, and the judge stops its whole process group
-  (SIGSTOP) whenever it is not running its own block of calls.
+  (SIGSTOP) whenever its own call is not under way (the reference's too, for symmetry).
 
 Both time each whole call with the same code (free memory poisoned, persisting L2 lines
 demoted, the L2 flushed, a device-wide synchronisation on each side of the call), so the
