@@ -31,6 +31,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
                    help="the checkout whose evalfarm is used (default: this one)")
     p.add_argument("--label", default="", help="a name for this run in the JSON")
+    p.add_argument("--size-profile", default="auto", help="the tasks' size profile (e.g. small: short kernels)")
     p.add_argument("--out", type=Path, default=None)
     return p.parse_args()
 
@@ -50,7 +51,8 @@ def main() -> int:
 
     suite = builtin_suite()
     kinds = set(args.kinds.split(","))
-    cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs, timing_budget_s=args.budget,
+    cfg = ScoreConfig(device=args.device, size_profile=args.size_profile, num_correctness_inputs=args.inputs,
+                      timing_budget_s=args.budget,
                       min_timed_rounds=20, reverify_above=0)
     rows = []
     start = time.monotonic()

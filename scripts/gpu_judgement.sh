@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The judgement work's GPU checks in one call (logs under $OUT; short tables printed last):
-#   bash scripts/gpu_judgement.sh [tests|compare|corpus|all] [seconds per stage]
+#   bash scripts/gpu_judgement.sh [tests|compare|corpus|attacks|all] [seconds per stage]
 #   tests:   the GPU judge tests and the adversarial GPU suite
 #   compare: built-in fast variants and identical copies, scored by this farm and by the farm in
-#            .before/ (another checkout's evalfarm, e.g. `git archive <rev> evalfarm scripts`)
-#   corpus:  the honest corpus's CUDA kernels (scripts/honest_sweep.py)
+#            .before/ (another checkout's evalfarm, e.g. `git archive <rev> evalfarm scripts`),
+#            REPS times each, interleaved (after, before, after, before, ...); PROFILE=small for
+#            the tasks' small sizes (calls of tens of microseconds)
+#   corpus:  the honest corpus's CUDA kernels (scripts/honest_sweep.py; STATIC=on|off|both)
+#   attacks: the adversarial suite's attacks, static rules on and off (scripts/attack_sweep.py)
 set -uo pipefail
 what=${1:-all}
 secs=${2:-200}
@@ -25,17 +28,24 @@ if [[ $what == tests || $what == all ]]; then
     tests/test_gpu.py -k "not builtin_cuda_variants_pass" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 fi
 if [[ $what == compare || $what == all ]]; then
-  for side in after before; do
-    root=$PWD; [[ $side == before ]] && root=$PWD/.before
-    [[ -d $root/evalfarm ]] || { echo "no $root/evalfarm: skipping $side"; continue; }
-    timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side" --kinds fast,identical \
-      --tasks "$tasks" --inputs 100 --budget 2.0 --max-seconds $((secs - 30)) --out "$OUT/$side.json" \
-      > "$OUT/$side.log" 2>&1
-    tail -n 20 "$OUT/$side.log"
+  for rep in $(seq 1 "${REPS:-1}"); do
+    for side in after before; do
+      root=$PWD; [[ $side == before ]] && root=$PWD/.before
+      [[ -d $root/evalfarm ]] || { echo "no $root/evalfarm: skipping $side"; continue; }
+      timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side-$rep" --kinds fast,identical \
+        --size-profile "${PROFILE:-auto}" --tasks "$tasks" --inputs 100 --budget 2.0 --max-seconds $((secs - 30)) --out "$OUT/$side-$rep.json" \
+        > "$OUT/$side-$rep.log" 2>&1
+      tail -n 14 "$OUT/$side-$rep.log"
+    done
   done
 fi
 if [[ $what == corpus || $what == all ]]; then
-  timeout "$secs" python3 scripts/honest_sweep.py --device cuda --static on --out "$OUT/corpus.json" \
-    > "$OUT/corpus.log" 2>&1
-  tail -n 25 "$OUT/corpus.log"
+  timeout "$secs" python3 scripts/honest_sweep.py --device cuda --static "${STATIC:-on}" --build-workers 8 \
+    --out "$OUT/corpus.json" > "$OUT/corpus.log" 2>&1
+  grep -v "^ " "$OUT/corpus.log" | tail -n 50
+fi
+if [[ $what == attacks || $what == all ]]; then
+  timeout "$secs" python3 scripts/attack_sweep.py --device cuda --static both --out "$OUT/attacks.json" \
+    > "$OUT/attacks.log" 2>&1
+  tail -n 60 "$OUT/attacks.log"
 fi

@@ -46,6 +46,15 @@ def test_switching_to_zeros_after_correctness_is_caught_by_timed_audit(task, bui
     assert "timed_output_audit" in r.detail
 
 
+def test_reading_ahead_in_the_arena_finds_no_upcoming_inputs(task, build_pool):
+    # Each call computes outputs for every other block of its input arena and returns them when
+    # that block's call comes. A call's inputs are written only right before it starts, so the
+    # other blocks hold old inputs (or nothing yet): the kept outputs are wrong.
+    r = _score(task, RUNTIME / "read_ahead_arena.py", build_pool)
+    assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
+    assert r.speedup is None
+
+
 def test_early_exit_in_forward_is_runtime_error(task, build_pool):
     r = _score(task, RUNTIME / "early_exit.py", build_pool)
     assert r.verdict is Verdict.RUNTIME_ERROR, (r.verdict, r.detail)

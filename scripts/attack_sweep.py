@@ -1,0 +1,159 @@
+"""Score the adversarial suite's attack candidates with the static rules on and off; count what is paid.
+
+    python scripts/attack_sweep.py --device cpu|cuda [--static on|off|both] [--out sweep.json]
+
+Every runtime attack under tests/adversarial/runtime (and, on a GPU, tests/adversarial/gpu) is
+scored against the task its test uses, with the options its test uses. An attack is *paid*
+when it comes back OK with a speedup above its ceiling: what the honest work it does would earn
+(1.0 for an attack that computes what the reference computes, plus a margin for timing noise:
+``--margin``, default 0.25 on CPU and 0.15 on a GPU). The last lines say, per static mode, how
+many attacks were paid (the target is 0). Attacks whose effect lies outside the verdict (a file
+removed, a child left running) are checked by their tests, not here; this table is about reward.
+Exit status 1 when any attack is paid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evalfarm.build import BuildPool  # noqa: E402
+from evalfarm.config import ScoreConfig  # noqa: E402
+from evalfarm.scoring import as_candidate, as_task, score  # noqa: E402
+from evalfarm.verdict import Verdict  # noqa: E402
+
+ADV = ROOT / "tests" / "adversarial"
+DATA = ROOT / "tests" / "data"
+
+
+@dataclasses.dataclass(frozen=True)
+class Attack:
+    file: str                      # under tests/adversarial/
+    task: str                      # a task file under tests/
+    gpu_only: bool = False
+    options: tuple[tuple[str, Any], ...] = ()
+    replace: tuple[tuple[str, str], ...] = ()  # source edits a test makes (paths, ports)
+    ceiling: float = 1.0           # what the honest part of the attack would earn
+
+
+SCALE, TINY, ZERO, MATMUL, RELU = ("data/task_scale.py", "adversarial/runtime/task_tiny.py",
+                                   "adversarial/runtime/task_zero_output.py",
+                                   "adversarial/runtime/task_matmul_relu.py", "data/gpu/task_relu.py")
+ATTACKS = [
+    Attack("runtime/cache_by_pointer.py", SCALE),
+    Attack("runtime/read_ahead_arena.py", SCALE),
+    Attack("runtime/late_switch.py", SCALE, options=(("audit_fraction", 0.5),)),
+    Attack("runtime/early_exit.py", SCALE),
+    Attack("runtime/fake_results_stdout.py", SCALE),
+    Attack("runtime/persistent_output.py", SCALE),
+    Attack("runtime/output_aliases_input.py", SCALE),
+    Attack("runtime/tiny_constant.py", TINY, options=(("tolerance", "kernelbench"),)),
+    Attack("runtime/memory_hog.py", SCALE, options=(("memory_limit_bytes", 4 << 30),)),
+    Attack("runtime/network_connect.py", SCALE, replace=(("PORT = 0", "PORT = {port}"),)),
+    Attack("runtime/shrunk_hyperparameter.py", SCALE),
+    Attack("runtime/disk_filler.py", SCALE, options=(("file_size_limit_bytes", 16 << 20),)),
+    Attack("runtime/forward_hook_steal_reference.py", SCALE),
+    Attack("runtime/forward_hook_slow_reference.py", SCALE),
+    Attack("runtime/forward_hook_work_in_reference.py", SCALE),
+    Attack("runtime/zero_shortcut.py", ZERO),
+    Attack("runtime/stale_matmul.py", MATMUL, replace=(('COUNT_PATH = ""', 'COUNT_PATH = "{tmp}/reused"'),)),
+    Attack("runtime/harness_clock_patch.py", SCALE),
+    Attack("runtime/filesystem_remove.py", SCALE, replace=(('VICTIM = ""', 'VICTIM = "{tmp}/victim"'),)),
+    Attack("gpu/cuda_graph_replay.py", RELU, gpu_only=True),
+    Attack("gpu/persisting_l2.py", RELU, gpu_only=True),
+    Attack("gpu/persisting_l2.py", RELU, gpu_only=True, replace=(('WHEN = "forward"', 'WHEN = "init"'),)),
+    Attack("gpu/lingering_work.py", RELU, gpu_only=True),
+    Attack("gpu/spin_forever.py", RELU, gpu_only=True,
+           options=(("first_call_timeout_s", 1.0), ("min_call_timeout_s", 1.0))),
+    Attack("gpu/side_stream_cpp.py", RELU, gpu_only=True),
+]
+
+
+def _source(a: Attack, tmp: str, port: int) -> str:
+    src = (ADV / a.file).read_text()
+    for old, new in a.replace:
+        if old not in src:
+            raise SystemExit(f"{a.file}: the text {old!r} to replace is not in the file")
+        src = src.replace(old, new.format(tmp=tmp, port=port))
+    return src
+
+
+def _sweep(attacks: list[Attack], cfg: ScoreConfig, pool: BuildPool, static: str, margin: float,
+           tmp: str) -> list[dict[str, Any]]:
+    import evalfarm.scoring as scoring
+
+    original = scoring.check_candidate_source
+    if static == "off":
+        scoring.check_candidate_source = lambda *a, **k: []
+    rows = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    Path(tmp, "victim").write_text("kept")
+    try:
+        for a in attacks:
+            task = as_task(str(ROOT / "tests" / a.task))
+            r = score(task, as_candidate(_source(a, tmp, port)), cfg.replace(**dict(a.options)), build_pool=pool)
+            paid = r.verdict is Verdict.OK and r.speedup is not None and r.speedup > a.ceiling + margin
+            variant = [n for _, n in a.replace if "WHEN" in n]
+            name = a.file + (f" [{variant[0]}]" if variant else "")
+            row = {"attack": name, "task": a.task, "static": static, "verdict": r.verdict.value,
+                   "speedup": r.speedup, "ceiling": a.ceiling, "paid": paid, "detail": (r.detail or "")[:600],
+                   "raw_speedup": r.evidence.timing.raw_speedup if r.evidence.timing else None}
+            rows.append(row)
+            sp = f"{r.speedup:.2f}" if r.speedup is not None else "-"
+            print(f"{name[:58]:58s} {row['verdict']:15s} {sp:>7s}  {'PAID' if paid else 'not paid'}", flush=True)
+    finally:
+        scoring.check_candidate_source = original
+        listener.close()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--static", choices=("on", "off", "both"), default="both")
+    ap.add_argument("--margin", type=float, default=None, help="timing-noise margin above each ceiling")
+    ap.add_argument("--only", default="", help="substring of the attack file names to keep")
+    ap.add_argument("--out", type=Path, help="write all rows as JSON here")
+    args = ap.parse_args(argv)
+    on_gpu = args.device != "cpu"
+    margin = args.margin if args.margin is not None else (0.15 if on_gpu else 0.25)
+    attacks = [a for a in ATTACKS if (on_gpu or not a.gpu_only) and args.only in a.file]
+    cfg = ScoreConfig(device=args.device, num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35,
+                      reverify_above=0)
+    modes = ("on", "off") if args.static == "both" else (args.static,)
+    all_rows: list[dict[str, Any]] = []
+    summaries = []
+    with tempfile.TemporaryDirectory(prefix="attack-sweep-") as tmp:
+        pool = BuildPool(max_workers=2, cache_dir=str(Path(tmp, "cache")))
+        try:
+            for mode in modes:
+                print(f"== static rules {mode}, device {args.device}, {len(attacks)} attacks", flush=True)
+                rows = _sweep(attacks, cfg, pool, mode, margin, tmp)
+                all_rows += rows
+                summaries.append(f"adversarial suite: {sum(r['paid'] for r in rows)}/{len(rows)} attacks paid "
+                                 f"[static {mode}, device {args.device}; verdicts: "
+                                 + ", ".join(f"{v} {sum(r['verdict'] == v for r in rows)}"
+                                             for v in sorted({r['verdict'] for r in rows})) + "]")
+        finally:
+            pool.close()
+    for line in summaries:
+        print(line)
+    if args.out:
+        args.out.write_text(json.dumps(all_rows, indent=1))
+    return 1 if any(r["paid"] for r in all_rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
