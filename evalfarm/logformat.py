@@ -55,13 +55,22 @@ def structured_fields(record: logging.LogRecord) -> dict[str, Any] | None:
         if spec[-1] in "rs":
             fields[m.group("key")] = value
         else:
-            try:
-                fields[m.group("key")] = spec % value
-            except (TypeError, ValueError):
-                fields[m.group("key")] = value
+            fields[m.group("key")] = _number(spec, value)
     if i != len(args):
         return None
     return fields
+
+
+def _number(spec: str, value: Any) -> Any:
+    """A numeric placeholder's value as a number, formatted as the message asked (%.3f -> 3 places)."""
+    try:
+        text = spec % value
+    except (TypeError, ValueError):
+        return value
+    try:
+        return int(text) if spec[-1] in "di" else float(text) if spec[-1] in "fFgGeE" else text
+    except ValueError:
+        return text
 
 
 def logfmt_value(value: Any) -> str:

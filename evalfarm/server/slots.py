@@ -122,6 +122,8 @@ class SlotPool:
         """
         if self.draining:
             raise Draining("daemon is draining: not accepting new work")
+        if self.in_service == 0:
+            raise NoSlots(f"all {self.slots} slots are out of service")
         if self._free and not self.queue_depth:
             return self._free.pop()
         if priority:
