@@ -36,6 +36,9 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
                         help="daemon HOST:PORT, dns:///NAME:PORT (every address of NAME) or file:///PATH; "
                              "repeat or separate with commas for a fleet table")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    parser.add_argument("--health-only", action="store_true",
+                        help="only ask the gRPC health service (no token needed): exit 0 when every "
+                             "daemon is ready to score, 1 when one is not (container health checks)")
     add_connection_arguments(parser, token=True)
 
 
@@ -228,6 +231,23 @@ def _targets(specs: list[str]) -> tuple[list[str], bool]:
     return targets, discovery.dynamic or len(flat) > 1
 
 
+def _health_only(targets: list[str], args: argparse.Namespace, timeout: float) -> int:
+    """0 when every daemon's scoring service is SERVING (ready), else 1; one line per daemon."""
+    service = pb.DESCRIPTOR.services_by_name["EvalFarm"].full_name
+    ready = True
+    for target in targets:
+        with _channel(args, target) as channel:
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+                status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.RpcError as err:
+                status = f"UNREACHABLE ({err.code().name})"
+        ready &= status == "SERVING"
+        print(f"{target} {status}")
+    return 0 if ready else 1
+
+
 def _print_one(info: dict[str, Any]) -> None:
     gpus = ", ".join(info["gpu_names"]) or "-"
     print(f"{info['server']}  host {info['host']}  evalfarm {info['version']}  health {info['health']}"
@@ -277,6 +297,8 @@ def run_status(args: argparse.Namespace) -> int:
         metadata = auth_metadata(_token_from(args))
         timeout = getattr(args, "timeout", None) or 10.0
         targets, fleet = _targets(specs)
+        if getattr(args, "health_only", False):
+            return _health_only(targets, args, timeout)
         if not fleet:
             info = _status_of(targets[0], args, metadata, timeout)
     except ToolError as err:

@@ -54,7 +54,7 @@ def wait_for_listening_port(proc: subprocess.Popen[str], timeout: float) -> int 
 DEFAULTS: dict[str, Any] = {
     "port": 50051, "host": "127.0.0.1", "gpus": None, "device": None, "slots": 1, "queue_limit": 64,
     "auth_token_file": None, "tls_cert": None, "tls_key": None, "tls_client_ca": None,
-    "metrics_port": None, "kernelbench_root": None, "cache_dir": ".evalfarm-cache", "build_workers": 2,
+    "metrics_port": None, "health_port": None, "kernelbench_root": None, "cache_dir": ".evalfarm-cache", "build_workers": 2,
     "max_source_bytes": DEFAULT_MAX_SOURCE_BYTES, "drain_timeout": 60.0, "max_eval_seconds": 1800.0,
     "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False, "fault_threshold": 3,
     "probe_interval": 60.0,
@@ -76,6 +76,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", help="server key (PEM)")
     p.add_argument("--tls-client-ca", help="require client certificates (mTLS)")
     p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port")
+    p.add_argument("--health-port", type=int,
+                   help="also serve the gRPC health service alone, in plaintext, on this port "
+                        "(for kubelet gRPC probes when the main port uses TLS)")
     p.add_argument("--kernelbench-root", help="resolve KernelBench task ids")
     p.add_argument("--cache-dir", help="result + compile cache; default .evalfarm-cache")
     p.add_argument("--build-workers", type=int, help="compile pool size; default 2")
@@ -155,6 +158,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         tls_key=Path(args.tls_key) if args.tls_key else None,
         tls_client_ca=Path(args.tls_client_ca) if args.tls_client_ca else None,
         metrics_port=args.metrics_port,
+        health_port=args.health_port,
         kernelbench_root=Path(args.kernelbench_root) if args.kernelbench_root else None,
         cache_dir=Path(args.cache_dir) if args.cache_dir else None,
         build_workers=args.build_workers,

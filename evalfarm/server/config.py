@@ -30,6 +30,7 @@ class ServerConfig:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     metrics_port: int | None = None
+    health_port: int | None = None  # plaintext gRPC health only (kubelet probes cannot speak TLS)
     kernelbench_root: Path | None = None
     cache_dir: Path | None = None
     build_workers: int = 2

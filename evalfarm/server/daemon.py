@@ -67,6 +67,8 @@ class Daemon:
         self.health = health.aio.HealthServicer()
         self.service.on_slot_change = self._slot_changed
         self.server: grpc.aio.Server | None = None
+        self.health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
         self.port: int | None = None
         self._metrics_http: Any = None
         self._stop = asyncio.Event()
@@ -123,6 +125,13 @@ class Daemon:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         for state in self.service.slot_states:
             await self.health.set(slot_health_name(state.index), health_pb2.HealthCheckResponse.SERVING)
+        if cfg.health_port is not None:  # health only: no token, nothing a client could abuse
+            hs = grpc.aio.server()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, hs)
+            health_host = "127.0.0.1" if not cfg.authenticated else "0.0.0.0"
+            self.health_port = hs.add_insecure_port(_address(health_host, cfg.health_port))
+            await hs.start()
+            self.health_server = hs
         if cfg.metrics_port is not None:
             addr = "127.0.0.1" if not cfg.authenticated else "0.0.0.0"
             self._metrics_http = self.metrics.serve(cfg.metrics_port, addr=addr)
@@ -155,6 +164,8 @@ class Daemon:
         await self.service.wait_background(30.0)
         if self.server is not None:
             await self.server.stop(grace=5.0)  # lets the last results reach their clients
+        if self.health_server is not None:
+            await self.health_server.stop(grace=None)
         self.close()
         log.info("event=drain_done clean=%s", finished)
 
