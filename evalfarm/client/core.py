@@ -75,6 +75,7 @@ class SampleResult:
     gpu_name: str = ""  # the device model it was measured on (the routing model)
     endpoint: str = ""
     gpu_uuid: str = ""
+    slot: int = -1  # the daemon's slot index (-1: cached or never ran)
     cached: bool = False  # answered from a daemon's or this client's cache
     deduped: bool = False  # shared an evaluation with another sample id
     attempts: int = 0
@@ -634,7 +635,7 @@ class AsyncFarmClient:
                 job.timer = None
             res = SampleResult(
                 sample_id="", result=result_from_pb(reply), host=reply.host,
-                gpu_name=reply.gpu_name or ep.gpu_model, gpu_uuid=reply.gpu_uuid,
+                gpu_name=reply.gpu_name or ep.gpu_model, gpu_uuid=reply.gpu_uuid, slot=reply.slot,
                 endpoint=ep.target, cached=reply.evidence.cached, attempts=job.attempts,
             )
             if res.result.verdict is Verdict.INFRA_ERROR:
