@@ -88,7 +88,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.temperature = 0.7
 
     c.farm = ml_collections.ConfigDict()
-    c.farm.endpoints = ()  # empty: start local daemons owned by the learner
+    c.farm.endpoints = ()  # empty: start local daemons; "host:port", "dns:///name:port" or "file:///path"
+    c.farm.gpu_model = ""  # score every sample on this GPU model; "" = the first model each task lands on
     c.farm.token_file = ""
     c.farm.tls_ca = ""  # CA certificate (PEM) of the daemons: enables TLS
     c.farm.tls_cert = ""  # client certificate and key for mTLS

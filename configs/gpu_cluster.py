@@ -55,7 +55,7 @@ def get_config():
     c.rl.group_size = 8
     c.rl.learning_rate = 1e-6
     c.eval.samples_per_task = 4
-    c.farm.endpoints = ("farm1:50051", "farm2:50051")
+    c.farm.endpoints = ("farm1:50051", "farm2:50051")  # or ("dns:///evalfarm.farm.svc:50051",)
     c.farm.options.num_correctness_inputs = 1000
     c.farm.options.timing_budget_s = 10.0
     c.checkpoint_every = 20

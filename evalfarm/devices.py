@@ -19,6 +19,7 @@ class GpuInfo:
     index: int
     name: str
     compute_cap: str  # "9.0"
+    uuid: str = ""  # "GPU-...": names one physical GPU whatever the index order
 
     @property
     def arch(self) -> str:
@@ -31,7 +32,7 @@ def list_gpus() -> tuple[GpuInfo, ...]:
     """GPUs visible to this process (CUDA_VISIBLE_DEVICES respected); empty without a driver."""
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,name,compute_cap", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=index,name,compute_cap,uuid", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return ()
@@ -40,8 +41,8 @@ def list_gpus() -> tuple[GpuInfo, ...]:
     gpus = []
     for line in out.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3:
-            gpus.append(GpuInfo(int(parts[0]), parts[1], parts[2]))
+        if len(parts) in (3, 4):
+            gpus.append(GpuInfo(int(parts[0]), parts[1], parts[2], parts[3] if len(parts) == 4 else ""))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() != "":
         order = [int(v) for v in visible.split(",") if v.strip().isdigit()]
@@ -53,6 +54,11 @@ def list_gpus() -> tuple[GpuInfo, ...]:
 def gpu_names() -> list[str]:
     """Names of the visible GPUs in index order (the indices a ``cuda:N`` device uses)."""
     return [g.name for g in list_gpus()]
+
+
+def gpu_uuids() -> list[str]:
+    """UUIDs of the visible GPUs in index order ("" where nvidia-smi gave none)."""
+    return [g.uuid for g in list_gpus()]
 
 
 def cpu_name() -> str:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -50,6 +51,7 @@ class FarmSettings:
     local_slots: int = 1  # CPU slots per local daemon
     local_cache_dir: str = ""  # local daemons' result + build cache; "" = <workdir>/farm-cache
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # evalfarm ScoreConfig fields
+    gpu_model: str = ""  # score every sample on this device model; "" = the first model per task
     sample_deadline_s: float = 900.0  # the client turns a sample older than this into INFRA_ERROR
     max_resubmits: int = 2
     start_timeout_s: float = 120.0
@@ -68,6 +70,7 @@ class FarmSettings:
             local_slots=int(cfg.local_slots),
             local_cache_dir=str(cfg.local_cache_dir),
             options=dict(cfg.options),
+            gpu_model=str(cfg.get("gpu_model", "") or ""),
             sample_deadline_s=float(cfg.sample_deadline_s),
             max_resubmits=int(cfg.max_resubmits),
         )
@@ -151,6 +154,7 @@ class FarmOutcome:
     attempts: int = 1
     cached: bool = False
     hack_reason: str = ""
+    gpu_name: str = ""  # the device model that measured it ("" when nothing was measured)
 
     @property
     def ok(self) -> bool:
@@ -196,7 +200,8 @@ class Farm:
             tls = TlsConfig(root_ca=settings.tls_ca, client_cert=settings.tls_cert,
                             client_key=settings.tls_key, server_name=settings.tls_server_name)
         try:
-            self.client = FarmClient(endpoints, token, tls, default_deadline_s=settings.sample_deadline_s)
+            self.client = FarmClient(endpoints, token, tls, default_deadline_s=settings.sample_deadline_s,
+                                     gpu_model=settings.gpu_model or None)
         except BaseException as err:
             if self.local is not None:
                 self.local.stop()
@@ -273,7 +278,7 @@ class Farm:
         self._done[sid] = FarmOutcome(
             sample_id=sid, verdict=r.verdict.value, speedup=r.speedup if r.ok else None,
             detail=r.detail[:2000], latency_s=time.monotonic() - pend.submitted,
-            attempts=pend.attempts, cached=res.cached, hack_reason=hack,
+            attempts=pend.attempts, cached=res.cached, hack_reason=hack, gpu_name=res.gpu_name,
         )
 
     def close(self) -> None:
@@ -290,3 +295,23 @@ class Farm:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def one_model_per_group(outcomes: Sequence[FarmOutcome], groups: Sequence[Any]) -> list[bool]:
+    """False for a result measured on another device model than the rest of its group.
+
+    GRPO compares the rewards of a group with each other, so they must come from one GPU
+    model. The client routes a task's samples to one model; this refuses any that slipped
+    through (a group's model is the one most of its results were measured on).
+    """
+    by_group: dict[Any, collections.Counter[str]] = {}
+    for out, g in zip(outcomes, groups, strict=True):
+        if out.gpu_name:
+            by_group.setdefault(g, collections.Counter())[out.gpu_name] += 1
+    keep = []
+    for out, g in zip(outcomes, groups, strict=True):
+        models = by_group.get(g)
+        keep.append(not out.gpu_name or models is None or out.gpu_name == models.most_common(1)[0][0])
+    dropped = len(keep) - sum(keep)
+    if dropped:
+        log.warning("refusing %d result(s) measured on another GPU model than the rest of their group", dropped)
+    return keep

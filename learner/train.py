@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from learner.checkpoint import Checkpointer
 from learner.exemplars import ExemplarDB, SampleRecord, code_sha256
-from learner.farm import Farm, FarmOutcome, FarmSettings
+from learner.farm import Farm, FarmOutcome, FarmSettings, one_model_per_group
 from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss, reference_logprobs
 from learner.losses import lm_loss_sum_count
 from learner.metrics import MetricsWriter
@@ -557,6 +557,7 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
             rewards = np.array([min(outcomes[r.sample_id].speedup or 0.0, float(cfg.reward_clip))
                                 if outcomes[r.sample_id].ok else 0.0 for r in rollouts], np.float32)
             groups = np.array([r.group for r in rollouts])
+            valid &= np.array(one_model_per_group([outcomes[r.sample_id] for r in rollouts], groups.tolist()))
             adv = group_advantages(rewards, groups, valid, gcfg)
             reward_of = {r.sample_id: (float(rewards[i]) if valid[i] else None) for i, r in enumerate(rollouts)}
             run.db.add_many(_records(rollouts, outcomes, reward_of, gstep + 1, "rl"))

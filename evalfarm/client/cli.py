@@ -32,8 +32,13 @@ class ToolError(Exception):
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--server", required=True, help="daemon HOST:PORT")
+    parser.add_argument("--server", required=True, action="append",
+                        help="daemon HOST:PORT, dns:///NAME:PORT (every address of NAME) or file:///PATH; "
+                             "repeat or separate with commas for a fleet table")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    parser.add_argument("--health-only", action="store_true",
+                        help="only ask the gRPC health service (no token needed): exit 0 when every "
+                             "daemon is ready to score, 1 when one is not (container health checks)")
     add_connection_arguments(parser, token=True)
 
 
@@ -71,8 +76,8 @@ def _token_from(args: argparse.Namespace) -> str | None:
         raise ToolError(f"cannot read token file {path}: {err.strerror}") from None
 
 
-def _channel(args: argparse.Namespace) -> grpc.Channel:
-    target = args.server
+def _channel(args: argparse.Namespace, target: str | None = None) -> grpc.Channel:
+    target = target if target is not None else args.server
     if not target or ":" not in target:
         raise ToolError(f"--server must be HOST:PORT, got {target!r}")
     tls = _tls_from(args)
@@ -177,45 +182,158 @@ def _score_with_busy_retry(
             raise _rpc_error(server, err) from None
 
 
-def run_status(args: argparse.Namespace) -> int:
-    """Capacity and health of one daemon."""
-    try:
-        metadata = auth_metadata(_token_from(args))
-        timeout = getattr(args, "timeout", None) or 10.0
-        with _channel(args) as channel:
-            try:
-                health = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(), timeout=timeout
-                )
-                cap = pb_grpc.EvalFarmStub(channel).Capacity(
-                    pb.CapacityRequest(), timeout=timeout, metadata=metadata
-                )
-            except grpc.RpcError as err:
-                raise _rpc_error(args.server, err) from None
-    except ToolError as err:
-        print(f"evalfarm: error: {err}", file=sys.stderr)
-        return EXIT_TOOL
-    info = {
-        "server": args.server,
+def _status_of(target: str, args: argparse.Namespace, metadata: Any, timeout: float) -> dict[str, Any]:
+    """Capacity and health of one daemon (raises ToolError when it cannot be reached)."""
+    with _channel(args, target) as channel:
+        try:
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+            cap = pb_grpc.EvalFarmStub(channel).Capacity(pb.CapacityRequest(), timeout=timeout, metadata=metadata)
+        except grpc.RpcError as err:
+            raise _rpc_error(target, err) from None
+    return {
+        "server": target,
         "health": health_pb2.HealthCheckResponse.ServingStatus.Name(health.status),
         "host": cap.host,
         "version": cap.version,
         "device_mode": cap.device_mode,
+        "gpu_model": cap.gpu_model,
         "gpu_names": list(cap.gpu_names),
         "slots": cap.slots,
         "free_slots": cap.free_slots,
         "running": cap.running,
+        "out_of_service": cap.out_of_service,
         "queue_depth": cap.queue_depth,
         "queue_limit": cap.queue_limit,
         "draining": cap.draining,
+        "slot_status": [
+            {"index": sl.index, "device": sl.device, "gpu_name": sl.gpu_name, "gpu_uuid": sl.gpu_uuid,
+             "busy": sl.busy, "in_service": sl.in_service, "reason": sl.reason,
+             "consecutive_faults": sl.consecutive_faults}
+            for sl in cap.slot_status
+        ],
     }
+
+
+def _targets(specs: list[str]) -> tuple[list[str], bool]:
+    """(daemon addresses, whether the specs name a fleet) from --server values."""
+    import asyncio
+
+    from evalfarm.client.discovery import Discovery, EndpointSpecError
+
+    flat = [p.strip() for spec in specs for p in spec.split(",") if p.strip()]
+    try:
+        discovery = Discovery(flat)
+    except EndpointSpecError as err:
+        raise ToolError(str(err)) from None
+    targets = asyncio.run(discovery.resolve())
+    if not targets:
+        raise ToolError(f"no daemon found at {', '.join(flat)}")
+    return targets, discovery.dynamic or len(flat) > 1
+
+
+def _health_only(targets: list[str], args: argparse.Namespace, timeout: float) -> int:
+    """0 when every daemon's scoring service is SERVING (ready), else 1; one line per daemon."""
+    service = pb.DESCRIPTOR.services_by_name["EvalFarm"].full_name
+    ready = True
+    for target in targets:
+        with _channel(args, target) as channel:
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+                status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.RpcError as err:
+                status = f"UNREACHABLE ({err.code().name})"
+        ready &= status == "SERVING"
+        print(f"{target} {status}")
+    return 0 if ready else 1
+
+
+def _print_one(info: dict[str, Any]) -> None:
+    gpus = ", ".join(info["gpu_names"]) or "-"
+    print(f"{info['server']}  host {info['host']}  evalfarm {info['version']}  health {info['health']}"
+          f"{'  DRAINING' if info['draining'] else ''}")
+    print(f"  mode {info['device_mode']}  gpus: {gpus}")
+    print(f"  slots {info['free_slots']}/{info['slots']} free, {info['running']} running, "
+          f"{info['out_of_service']} out of service, queue {info['queue_depth']}/{info['queue_limit']}")
+    for sl in info["slot_status"]:
+        if not sl["in_service"]:
+            print(f"  slot {sl['index']} ({sl['gpu_uuid'] or sl['device']}) OUT OF SERVICE: {sl['reason']}")
+
+
+FLEET_COLUMNS = ("server", "host", "health", "model", "slots", "free", "busy", "out", "queue", "version")
+
+
+def _fleet_rows(infos: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    rows = []
+    for i in infos:
+        if "error" in i:
+            rows.append((i["server"], "-", "UNREACHABLE", "-", "-", "-", "-", "-", "-", "-"))
+            continue
+        health = "DRAINING" if i["draining"] else i["health"]
+        rows.append((i["server"], i["host"], health, i["gpu_model"] or "mixed", str(i["slots"]),
+                     str(i["free_slots"]), str(i["running"]), str(i["out_of_service"]),
+                     f"{i['queue_depth']}/{i['queue_limit']}", i["version"]))
+    return rows
+
+
+def _totals(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    up = [i for i in infos if "error" not in i]
+    models: dict[str, int] = {}
+    for i in up:
+        models[i["gpu_model"] or "mixed"] = models.get(i["gpu_model"] or "mixed", 0) + i["slots"]
+    return {"daemons": len(infos), "reachable": len(up),
+            "serving": sum(1 for i in up if i["health"] == "SERVING" and not i["draining"]),
+            "slots": sum(i["slots"] for i in up), "free_slots": sum(i["free_slots"] for i in up),
+            "running": sum(i["running"] for i in up), "out_of_service": sum(i["out_of_service"] for i in up),
+            "queue_depth": sum(i["queue_depth"] for i in up), "slots_by_model": models}
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Capacity and health of one daemon, or a table of a fleet (many --server, or a DNS name)."""
+    import concurrent.futures
+
+    specs = [args.server] if isinstance(args.server, str) else list(args.server)
+    try:
+        metadata = auth_metadata(_token_from(args))
+        timeout = getattr(args, "timeout", None) or 10.0
+        targets, fleet = _targets(specs)
+        if getattr(args, "health_only", False):
+            return _health_only(targets, args, timeout)
+        if not fleet:
+            info = _status_of(targets[0], args, metadata, timeout)
+    except ToolError as err:
+        print(f"evalfarm: error: {err}", file=sys.stderr)
+        return EXIT_TOOL
+    if not fleet:
+        if args.json:
+            print(json.dumps(info))
+        else:
+            _print_one(info)
+        return 0
+
+    def one(target: str) -> dict[str, Any]:
+        try:
+            return _status_of(target, args, metadata, timeout)
+        except ToolError as err:
+            return {"server": target, "error": str(err)}
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(targets))) as pool:
+        infos = list(pool.map(one, targets))
+    totals = _totals(infos)
     if args.json:
-        print(json.dumps(info))
-    else:
-        gpus = ", ".join(info["gpu_names"]) or "-"
-        print(f"{info['server']}  host {info['host']}  evalfarm {info['version']}  health {info['health']}"
-              f"{'  DRAINING' if cap.draining else ''}")
-        print(f"  mode {cap.device_mode}  gpus: {gpus}")
-        print(f"  slots {cap.free_slots}/{cap.slots} free, {cap.running} running, "
-              f"queue {cap.queue_depth}/{cap.queue_limit}")
-    return 0
+        print(json.dumps({"daemons": infos, "totals": totals}))
+        return 0
+    rows = [FLEET_COLUMNS, *_fleet_rows(infos)]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(FLEET_COLUMNS))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    models = ", ".join(f"{m}: {n}" for m, n in sorted(totals["slots_by_model"].items())) or "-"
+    print(f"{totals['reachable']}/{totals['daemons']} daemons reachable, {totals['serving']} serving; "
+          f"slots {totals['free_slots']}/{totals['slots']} free, {totals['running']} busy, "
+          f"{totals['out_of_service']} out of service; queued {totals['queue_depth']}; by model: {models}")
+    for i in infos:
+        for sl in i.get("slot_status", []):
+            if not sl["in_service"]:
+                print(f"  {i['server']} slot {sl['index']} ({sl['gpu_uuid'] or sl['device']}) OUT OF SERVICE: "
+                      f"{sl['reason']}")
+    return 0 if totals["reachable"] else EXIT_TOOL

@@ -24,6 +24,13 @@
   only re-verifier: its requests carry reverify_above=0 (a caller's `reverify_above` option
   becomes this client's threshold); in-process scoring (`evalfarm.score`) re-verifies by
   itself with the same rule.
+- Endpoints may be DNS names (`dns:///name:port`: every A/AAAA record is a daemon) or an
+  endpoints file (`file:///path`), re-resolved every `discovery_interval_s`
+  (evalfarm.client.discovery). A daemon that appears is used; one that vanishes is drained
+  from the dispatcher and its work in flight is sent elsewhere (not counted as an attempt).
+- One GPU model per reward: all samples of a task go to daemons of one device model
+  (`gpu_model`, or the first model a task is dispatched to when `route_by_model`), so the
+  rewards of a group are comparable; a re-verification runs on the same model.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import grpc
 
 from evalfarm import reverify
 from evalfarm.client.channel import TlsConfig, auth_metadata, make_channel
+from evalfarm.client.discovery import Discovery, Resolver
 from evalfarm.client.wire import options_to_pb, result_from_pb
 from evalfarm.config import ScoreConfig
 from evalfarm.result import ScoreResult
@@ -64,8 +72,10 @@ class SampleResult:
     sample_id: str
     result: ScoreResult
     host: str = ""
-    gpu_name: str = ""
+    gpu_name: str = ""  # the device model it was measured on (the routing model)
     endpoint: str = ""
+    gpu_uuid: str = ""
+    slot: int = -1  # the daemon's slot index (-1: cached or never ran)
     cached: bool = False  # answered from a daemon's or this client's cache
     deduped: bool = False  # shared an evaluation with another sample id
     attempts: int = 0
@@ -83,6 +93,8 @@ class SampleResult:
     def to_dict(self) -> dict[str, Any]:
         out = self.result.to_dict()
         out.update(sample_id=self.sample_id, host=self.host, gpu_name=self.gpu_name, cached=self.cached)
+        if self.gpu_uuid:
+            out["gpu_uuid"] = self.gpu_uuid
         if self.error_code:
             out["error_code"] = self.error_code
         return out
@@ -104,6 +116,8 @@ class _Endpoint:
     polled: bool = False
     device_mode: str = ""  # "cuda" | "cpu", from Capacity
     gpu_names: tuple[str, ...] = ()
+    gpu_model: str = ""  # the one model of its slots ("" when mixed or unknown)
+    removed: bool = False  # gone from discovery: no new work
 
     def same_model(self, gpu_name: str) -> bool:
         """Whether this daemon has the device model a result was measured on."""
@@ -115,7 +129,7 @@ class _Endpoint:
         return self.slots + min(allowance, self.queue_limit) - self.inflight - self.external
 
     def usable(self, now: float) -> bool:
-        return self.up and not self.draining and now >= self.backoff_until
+        return self.up and not self.draining and not self.removed and now >= self.backoff_until
 
 
 @dataclasses.dataclass
@@ -138,6 +152,15 @@ class _Job:
     first: SampleResult | None = None  # the score being re-verified (on the re-verification job)
     same_daemon: bool = False
     last_error: str = ""
+    endpoint: str = ""  # where the call in flight went
+
+
+def _model_of(cap: pb.CapacityResponse) -> str:
+    """A daemon's one device model from an older Capacity reply without gpu_model."""
+    if cap.device_mode == "cpu":
+        return "cpu"
+    names = set(cap.gpu_names)
+    return names.pop() if len(names) == 1 else ""
 
 
 def _task_ref(task: str | pb.TaskRef | tuple[str, str]) -> pb.TaskRef:
@@ -165,10 +188,19 @@ class AsyncFarmClient:
         queue_wait_s: float | None = None,
         reverify: bool = True,
         on_result: Callable[[SampleResult], None] | None = None,
+        gpu_model: str | None = None,
+        route_by_model: bool = True,
+        resolver: Resolver | None = None,
+        discovery_interval_s: float = 30.0,
     ) -> None:
         targets = list(dict.fromkeys(endpoints))
         if not targets:
             raise ValueError("need at least one endpoint")
+        self._discovery = Discovery(targets, resolver)  # raises on a malformed spec
+        self.discovery_interval_s = discovery_interval_s
+        self.gpu_model = gpu_model or None
+        self.route_by_model = route_by_model
+        self._task_model: dict[str, str] = {}  # task -> the model its samples are scored on
         self._targets = targets
         self._token = token
         self._tls = tls
@@ -205,13 +237,14 @@ class AsyncFarmClient:
     async def start(self, wait_s: float = 5.0) -> AsyncFarmClient:
         if self._started:
             return self
-        for target in self._targets:
-            ch = make_channel(target, self._tls)
-            self._endpoints.append(_Endpoint(target, ch, pb_grpc.EvalFarmStub(ch)))
+        for target in await self._discovery.resolve():
+            self._add_endpoint(target)
         self._started = True
         await asyncio.gather(*(self._poll_one(ep) for ep in self._endpoints))
         self._tasks.append(asyncio.ensure_future(self._poll_loop()))
         self._tasks.append(asyncio.ensure_future(self._dispatch_loop()))
+        if self._discovery.dynamic:
+            self._tasks.append(asyncio.ensure_future(self._discovery_loop()))
         if not any(ep.up for ep in self._endpoints) and wait_s > 0:
             log.warning("event=no_daemon_up endpoints=%s", ",".join(self._targets))
         return self
@@ -235,6 +268,61 @@ class AsyncFarmClient:
         for ep in self._endpoints:
             await ep.channel.close(grace=None)
 
+    # -- discovery -----------------------------------------------------------------------
+    def _add_endpoint(self, target: str) -> _Endpoint:
+        ch = make_channel(target, self._tls)
+        ep = _Endpoint(target, ch, pb_grpc.EvalFarmStub(ch))
+        self._endpoints.append(ep)
+        return ep
+
+    async def rediscover(self) -> tuple[list[str], list[str]]:
+        """Resolve the endpoint specs again: (added, removed) daemon addresses."""
+        found = await self._discovery.resolve()
+        current = {ep.target: ep for ep in self._endpoints}
+        added = [t for t in found if t not in current]
+        removed = [ep for t, ep in current.items() if t not in set(found)]
+        new = [self._add_endpoint(t) for t in added]
+        for ep in removed:
+            self._remove_endpoint(ep)
+        if new:
+            log.info("event=daemons_discovered added=%s", ",".join(added))
+            await asyncio.gather(*(self._poll_one(ep) for ep in new))
+        self._credit.set()
+        return added, [ep.target for ep in removed]
+
+    def _remove_endpoint(self, ep: _Endpoint) -> None:
+        """A daemon gone from discovery: no new work; its calls in flight go elsewhere."""
+        ep.removed, ep.up = True, False
+        self._endpoints.remove(ep)
+        moved = 0
+        jobs = [*self._inflight_jobs.values(), *self._children.values()]
+        for job in jobs:
+            if job.finished or job.endpoint != ep.target or job.rpc is None or job.rpc.done():
+                continue
+            job.rpc.cancel()
+            job.rpc = None
+            job.attempts -= 1  # not the candidate's fault: it does not use up an attempt
+            job.tried.discard(ep.target)
+            self._push(job)
+            moved += 1
+        self.stats["daemons_removed"] += 1
+        self.stats["redispatched_on_removal"] += moved
+        log.warning("event=daemon_removed endpoint=%s redispatched=%d", ep.target, moved)
+        self._tasks.append(asyncio.ensure_future(ep.channel.close(grace=None)))
+
+    async def _discovery_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.discovery_interval_s)
+            try:
+                await self.rediscover()
+            except Exception:  # noqa: BLE001 - discovery must keep running
+                log.exception("event=discovery_failed")
+
+    @property
+    def targets(self) -> list[str]:
+        """The daemon addresses in use now."""
+        return [ep.target for ep in self._endpoints]
+
     # -- capacity ------------------------------------------------------------------------
     async def _poll_one(self, ep: _Endpoint) -> pb.CapacityResponse | None:
         try:
@@ -247,6 +335,9 @@ class AsyncFarmClient:
         was_up = ep.up
         ep.slots, ep.queue_limit, ep.draining, ep.host = cap.slots, cap.queue_limit, cap.draining, cap.host
         ep.device_mode, ep.gpu_names = cap.device_mode, tuple(cap.gpu_names)
+        ep.gpu_model = cap.gpu_model or _model_of(cap)
+        if cap.slot_status:  # slots out of service take no work: credit from those in service
+            ep.slots = max(0, cap.slots - cap.out_of_service)
         ep.external = max(0, cap.running + cap.queue_depth - ep.inflight)
         ep.up, ep.polled = True, True
         if not was_up:
@@ -420,7 +511,13 @@ class AsyncFarmClient:
         """The daemons the job may go to now (credit aside)."""
         now = time.monotonic()
         if job.parent is None or job.first is None:
-            return [ep for ep in self._endpoints if ep.usable(now)]
+            usable = [ep for ep in self._endpoints if ep.usable(now) and ep.slots > 0]
+            model = self.model_for(job.task_key)
+            if model is not None:
+                return [ep for ep in usable if ep.gpu_model == model]
+            if self.route_by_model:  # a daemon mixing models cannot give one model per reward
+                return [ep for ep in usable if ep.gpu_model]
+            return usable
         # A re-verification: another daemon with the same device model when one is up,
         # else the daemon that measured the first score.
         first = job.first
@@ -429,6 +526,12 @@ class AsyncFarmClient:
         if others:
             return [ep for ep in others if ep.usable(now)]
         return [ep for ep in self._endpoints if ep.target == first.endpoint and ep.usable(now)]
+
+    def model_for(self, task_key: str) -> str | None:
+        """The device model a task's samples must be scored on (None: any)."""
+        if self.gpu_model is not None:
+            return self.gpu_model
+        return self._task_model.get(task_key) if self.route_by_model else None
 
     def _pick(self, job: _Job) -> _Endpoint | None:
         best: tuple[Any, ...] | None = None
@@ -476,6 +579,10 @@ class AsyncFarmClient:
             job.same_daemon = True
         job.attempts += 1
         job.tried.add(ep.target)
+        job.endpoint = ep.target
+        if self.route_by_model and ep.gpu_model and job.task_key not in self._task_model:
+            self._task_model[job.task_key] = ep.gpu_model  # the first model seen for this task
+            log.info("event=task_routed task=%s gpu_model=%s", job.task_key, ep.gpu_model)
         # The deadline starts now, with the dispatch; the daemon's queue gets its own allowance.
         job.deadline = loop.time() + self.call_limit_s(job.deadline_s)
         job.timer = loop.call_at(job.deadline, self._expire, job)
@@ -527,7 +634,8 @@ class AsyncFarmClient:
                 job.timer.cancel()
                 job.timer = None
             res = SampleResult(
-                sample_id="", result=result_from_pb(reply), host=reply.host, gpu_name=reply.gpu_name,
+                sample_id="", result=result_from_pb(reply), host=reply.host,
+                gpu_name=reply.gpu_name or ep.gpu_model, gpu_uuid=reply.gpu_uuid, slot=reply.slot,
                 endpoint=ep.target, cached=reply.evidence.cached, attempts=job.attempts,
             )
             if res.result.verdict is Verdict.INFRA_ERROR:

@@ -83,6 +83,8 @@ def result_to_pb(
     queue_s: float = 0.0,
     total_s: float = 0.0,
     cached: bool = False,
+    gpu_uuid: str = "",
+    slot: int | None = None,
 ) -> pb.ScoredSample:
     ev = result.evidence
     timing = None
@@ -131,6 +133,8 @@ def result_to_pb(
         task=result.task,
         candidate_sha256=result.candidate_sha256,
         tags=tags or {},
+        gpu_uuid=gpu_uuid,
+        slot=-1 if slot is None else slot,
     )
     if result.speedup is not None:
         out.speedup = float(result.speedup)

@@ -16,11 +16,22 @@ UNAUTHENTICATED_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.heal
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` (constant-time compare); else UNAUTHENTICATED."""
+    """Requires `authorization: Bearer <token>` (constant-time compare); else UNAUTHENTICATED.
 
-    def __init__(self, token: str, on_reject: Callable[[str], None] | None = None) -> None:
-        self._expected = f"Bearer {token}".encode()
+    ``tokens``: one token, or a callable giving the accepted tokens now (one or two, during a
+    rotation; see evalfarm.server.reload.TokenFile).
+    """
+
+    def __init__(self, tokens: str | Callable[[], tuple[str, ...]],
+                 on_reject: Callable[[str], None] | None = None) -> None:
+        self._tokens = (lambda: (tokens,)) if isinstance(tokens, str) else tokens
         self._on_reject = on_reject
+
+    def _accepted(self, given: bytes) -> bool:
+        ok = False
+        for token in self._tokens():  # every token compared: no early exit to time
+            ok |= hmac.compare_digest(given, f"Bearer {token}".encode())
+        return ok
 
     async def intercept_service(
         self,
@@ -35,7 +46,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else bytes(value)
                 break
-        if hmac.compare_digest(given, self._expected):
+        if self._accepted(given):
             return await continuation(handler_call_details)
         reason = "missing" if not given else "wrong"
         log.warning("event=auth_rejected method=%s reason=%s", method, reason)

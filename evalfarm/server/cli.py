@@ -13,14 +13,16 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+from evalfarm.logformat import FORMATS, setup_logging
 from evalfarm.server.config import (
     DEFAULT_MAX_SOURCE_BYTES,
     ServerConfig,
     ServerConfigError,
-    load_token,
+    load_tokens,
 )
-from evalfarm.server.gpus import gpu_names, parse_gpu_list
+from evalfarm.server.gpus import gpu_names, gpu_uuids, nvml_missing, parse_gpu_list
 
 log = logging.getLogger("evalfarm.server")
 
@@ -47,31 +49,71 @@ def wait_for_listening_port(proc: subprocess.Popen[str], timeout: float) -> int 
     t.join(timeout)
     return found[0] if found else None
 
+# Every serve setting, its default, and its help. Flags default to None so that a flag given
+# on the command line can be told from one left out: command line > --config file > default.
+DEFAULTS: dict[str, Any] = {
+    "port": 50051, "host": "127.0.0.1", "gpus": None, "device": None, "slots": 1, "queue_limit": 64,
+    "auth_token_file": None, "tls_cert": None, "tls_key": None, "tls_client_ca": None,
+    "metrics_port": None, "health_port": None, "kernelbench_root": None, "cache_dir": ".evalfarm-cache", "build_workers": 2,
+    "max_source_bytes": DEFAULT_MAX_SOURCE_BYTES, "drain_timeout": 60.0, "max_eval_seconds": 1800.0,
+    "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False, "fault_threshold": 3,
+    "probe_interval": 60.0,
+}
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     p = parser
-    p.add_argument("--port", type=int, default=50051, help="0 picks a free port (printed on start)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (non-loopback needs a token)")
-    p.add_argument("--gpus", default=None, help="'all' or a list like 0,1: one slot per GPU")
-    p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="cpu: CPU slots (testing)")
-    p.add_argument("--slots", type=int, default=1, help="number of CPU slots (cpu mode)")
-    p.add_argument("--queue-limit", type=int, default=64, help="requests waiting for a slot")
-    p.add_argument("--auth-token-file", default=None, help="file holding the bearer token")
-    p.add_argument("--tls-cert", default=None)
-    p.add_argument("--tls-key", default=None)
-    p.add_argument("--tls-client-ca", default=None, help="require client certificates (mTLS)")
-    p.add_argument("--metrics-port", type=int, default=None, help="Prometheus /metrics port")
-    p.add_argument("--kernelbench-root", default=None, help="resolve KernelBench task ids")
-    p.add_argument("--cache-dir", default=".evalfarm-cache", help="result + compile cache")
-    p.add_argument("--build-workers", type=int, default=2, help="compile pool size")
-    p.add_argument("--max-source-bytes", type=int, default=DEFAULT_MAX_SOURCE_BYTES)
-    p.add_argument("--drain-timeout", type=float, default=60.0, help="seconds to finish work on SIGTERM")
-    p.add_argument("--max-eval-seconds", type=float, default=1800.0, help="hard limit per evaluation")
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("--exit-with-parent", action="store_true",
+    p.add_argument("--config", default=None, help="TOML file of these settings (flags override it)")
+    p.add_argument("--port", type=int, help="0 picks a free port (printed on start); default 50051")
+    p.add_argument("--host", help="address to bind (non-loopback needs a token); default 127.0.0.1")
+    p.add_argument("--gpus", help="'all' or a list like 0,1: one slot per GPU")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="cpu: CPU slots (testing)")
+    p.add_argument("--slots", type=int, help="number of CPU slots (cpu mode); default 1")
+    p.add_argument("--queue-limit", type=int, help="requests waiting for a slot; default 64")
+    p.add_argument("--auth-token-file", help="file holding the bearer token (two lines during a rotation; "
+                   "re-read when it changes)")
+    p.add_argument("--tls-cert", help="server certificate (PEM; re-read when it changes)")
+    p.add_argument("--tls-key", help="server key (PEM)")
+    p.add_argument("--tls-client-ca", help="require client certificates (mTLS)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port")
+    p.add_argument("--health-port", type=int,
+                   help="also serve the gRPC health service alone, in plaintext, on this port "
+                        "(for kubelet gRPC probes when the main port uses TLS)")
+    p.add_argument("--kernelbench-root", help="resolve KernelBench task ids")
+    p.add_argument("--cache-dir", help="result + compile cache; default .evalfarm-cache")
+    p.add_argument("--build-workers", type=int, help="compile pool size; default 2")
+    p.add_argument("--max-source-bytes", type=int)
+    p.add_argument("--drain-timeout", type=float, help="seconds to finish work on SIGTERM; default 60")
+    p.add_argument("--max-eval-seconds", type=float, help="hard limit per evaluation; default 1800")
+    p.add_argument("--log-level", help="default INFO")
+    p.add_argument("--log-format", choices=FORMATS, help="logfmt (default) or json; UTC timestamps")
+    p.add_argument("--fault-threshold", type=int,
+                   help="CUDA_FAULT/TIMEOUT/INFRA_ERROR results in a row that take a slot out of "
+                        "service until a known-good probe passes (0: never); default 3")
+    p.add_argument("--probe-interval", type=float, help="seconds before re-probing a failed slot; default 60")
+    p.add_argument("--exit-with-parent", action="store_true", default=None,
                    help="drain and exit when the process that started the daemon dies")
 
 
+def resolve_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill what the command line left out from --config, then from DEFAULTS."""
+    from evalfarm.server.config_file import load_config_file
+
+    file_values: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        parser = argparse.ArgumentParser(add_help=False)
+        add_serve_arguments(parser)
+        file_values = load_config_file(args.config, parser)
+    merged = argparse.Namespace(**vars(args))
+    for key, default in DEFAULTS.items():
+        if getattr(merged, key, None) is None:
+            setattr(merged, key, file_values.get(key, default))
+    return merged
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """The daemon's settings from parsed flags (and their --config file); errors name the field."""
+    args = resolve_args(args)
     device = args.device or ("cuda" if args.gpus else "cpu")
     if device == "cpu":
         if args.gpus:
@@ -80,6 +122,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             raise ServerConfigError("--slots must be >= 1")
         devices: tuple[str, ...] = ("cpu",) * args.slots
         names: tuple[str, ...] = ()
+        uuids: tuple[str, ...] = ()
     else:
         available = gpu_names()
         try:
@@ -88,7 +131,17 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             raise ServerConfigError(str(err)) from None
         devices = tuple(f"cuda:{i}" for i in idx)
         names = tuple(available[i] for i in idx)
-    token = load_token(args.auth_token_file) if args.auth_token_file else None
+        all_uuids = gpu_uuids()
+        uuids = tuple(all_uuids[i] if i < len(all_uuids) else "" for i in idx)
+        if len(set(names)) > 1:
+            log.warning("event=mixed_gpu_models models=%s advice=%s", ",".join(sorted(set(names))),
+                        "one daemon per GPU model (--gpus): a reward must not compare two models")
+        missing = nvml_missing()
+        if missing:
+            log.warning("event=nvml_missing why=%s", missing)
+            print(f"evalfarm serve: WARNING: NVML unavailable: {missing}", file=sys.stderr, flush=True)
+    if args.auth_token_file:
+        load_tokens(args.auth_token_file)  # a bad token file stops the start, with the reason
     for flag in ("tls_cert", "tls_key", "tls_client_ca", "kernelbench_root"):
         value = getattr(args, flag)
         if value is not None and not Path(value).exists():
@@ -98,27 +151,22 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         port=args.port,
         devices=devices,
         gpu_names=names,
+        gpu_uuids=uuids,
         queue_limit=args.queue_limit,
-        auth_token=token,
+        auth_token_file=Path(args.auth_token_file) if args.auth_token_file else None,
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
         tls_client_ca=Path(args.tls_client_ca) if args.tls_client_ca else None,
         metrics_port=args.metrics_port,
+        health_port=args.health_port,
         kernelbench_root=Path(args.kernelbench_root) if args.kernelbench_root else None,
         cache_dir=Path(args.cache_dir) if args.cache_dir else None,
         build_workers=args.build_workers,
         max_source_bytes=args.max_source_bytes,
         drain_timeout_s=args.drain_timeout,
         max_eval_s=args.max_eval_seconds,
-    )
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, str(level).upper(), logging.INFO),
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-        force=True,
+        fault_threshold=args.fault_threshold,
+        probe_interval_s=args.probe_interval,
     )
 
 
@@ -135,7 +183,12 @@ def _watch_parent(parent: int, interval_s: float = 1.0) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    _setup_logging(getattr(args, "log_level", "INFO"))
+    try:
+        args = resolve_args(args)
+    except ServerConfigError as err:
+        print(f"evalfarm serve: error: {err}", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
     except ServerConfigError as err:
@@ -147,7 +200,7 @@ def run_serve(args: argparse.Namespace) -> int:
         port = getattr(daemon, "port", None)
         print(f"{LISTENING_PREFIX}{config.host}:{port}", flush=True)
 
-    if getattr(args, "exit_with_parent", False):
+    if args.exit_with_parent:
         _watch_parent(os.getppid())
 
     try:

@@ -7,6 +7,8 @@ import ipaddress
 import socket
 from pathlib import Path
 
+from evalfarm.server.slot_health import HealthPolicy
+
 DEFAULT_MAX_SOURCE_BYTES = 1 << 20
 
 
@@ -20,12 +22,15 @@ class ServerConfig:
     port: int = 50051
     devices: tuple[str, ...] = ("cpu",)  # one entry per slot: "cpu" or "cuda:N"
     gpu_names: tuple[str, ...] = ()  # one per slot in CUDA mode
+    gpu_uuids: tuple[str, ...] = ()  # one per slot in CUDA mode, "" where unknown
     queue_limit: int = 64
-    auth_token: str | None = None
+    auth_token: str | None = None  # one fixed token (tests, embedding)
+    auth_token_file: Path | None = None  # one or two tokens, re-read when the file changes
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     metrics_port: int | None = None
+    health_port: int | None = None  # plaintext gRPC health only (kubelet probes cannot speak TLS)
     kernelbench_root: Path | None = None
     cache_dir: Path | None = None
     build_workers: int = 2
@@ -33,6 +38,8 @@ class ServerConfig:
     drain_timeout_s: float = 60.0
     max_eval_s: float = 1800.0  # hard bound on one evaluation, on top of the scorer's own timeouts
     host_label: str = dataclasses.field(default_factory=socket.gethostname)
+    fault_threshold: int = 3  # faults in a row that take a slot out of service (0: never)
+    probe_interval_s: float = 60.0  # first retry of a failed known-good probe
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -49,11 +56,24 @@ class ServerConfig:
             raise ServerConfigError("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ServerConfigError("--tls-client-ca needs --tls-cert and --tls-key")
-        if self.auth_token is None and not is_loopback(self.host):
+        if self.fault_threshold < 0:
+            raise ServerConfigError("--fault-threshold must be >= 0 (0 never takes a slot out)")
+        if self.probe_interval_s <= 0:
+            raise ServerConfigError("--probe-interval must be > 0 seconds")
+        if not self.authenticated and not is_loopback(self.host):
             raise ServerConfigError(
                 f"refusing to listen on non-loopback address {self.host!r} without "
                 "--auth-token-file: anyone who can reach the port could run code on this host"
             )
+
+    @property
+    def authenticated(self) -> bool:
+        return self.auth_token is not None or self.auth_token_file is not None
+
+    @property
+    def health_policy(self) -> HealthPolicy:
+        return HealthPolicy(fault_threshold=self.fault_threshold, probe_interval_s=self.probe_interval_s,
+                            probe_max_interval_s=max(900.0, self.probe_interval_s))
 
     @property
     def slots(self) -> int:
@@ -79,12 +99,32 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: could resolve anywhere
 
 
-def load_token(path: str | Path) -> str:
+MAX_TOKENS = 2  # the current token and the next one, during a rotation
+
+
+def parse_tokens(text: str, where: str) -> tuple[str, ...]:
+    """One or two tokens, one per line ('#' comments and blank lines ignored)."""
+    tokens = tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    if not tokens:
+        raise ServerConfigError(f"no token in {where}")
+    if len(tokens) > MAX_TOKENS:
+        raise ServerConfigError(f"{where} holds {len(tokens)} tokens; at most {MAX_TOKENS} (old and new, "
+                                "while clients move over)")
+    for t in tokens:
+        if len(t) < 16:
+            raise ServerConfigError(f"a token in {where} is too short (need at least 16 characters)")
+    return tokens
+
+
+def load_tokens(path: str | Path) -> tuple[str, ...]:
     p = Path(path)
     try:
-        token = p.read_text(encoding="utf-8").strip()
+        text = p.read_text(encoding="utf-8")
     except OSError as err:
         raise ServerConfigError(f"cannot read token file {p}: {err.strerror}") from None
-    if len(token) < 16:
-        raise ServerConfigError(f"token in {p} is too short (need at least 16 characters)")
-    return token
+    return parse_tokens(text, f"token file {p}")
+
+
+def load_token(path: str | Path) -> str:
+    """The first token of a token file."""
+    return load_tokens(path)[0]

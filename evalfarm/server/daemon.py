@@ -15,13 +15,20 @@ from evalfarm.server.auth import BearerTokenInterceptor
 from evalfarm.server.cache import ResultCache
 from evalfarm.server.config import ServerConfig
 from evalfarm.server.metrics import Metrics
-from evalfarm.server.service import Backend, FarmService, default_backend
+from evalfarm.server.reload import CertFiles, TokenFile
+from evalfarm.server.service import Backend, FarmService, _version, default_backend
+from evalfarm.server.slot_health import SlotState
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EvalFarm"].full_name
+
+
+def slot_health_name(slot: int) -> str:
+    """The health service name of one slot: SERVING in service, NOT_SERVING taken out."""
+    return f"{SERVICE_NAME}/slot/{slot}"
 
 # The server accepts client keepalive pings every >= 10 s; the client pings every 30 s.
 SERVER_MIN_PING_INTERVAL_MS = 10_000
@@ -42,7 +49,10 @@ def _address(host: str, port: int) -> str:
 class Daemon:
     def __init__(self, config: ServerConfig, backend: Backend | None = None, build_pool: Any = None) -> None:
         self.config = config
-        self.metrics = Metrics()
+        self.metrics = Metrics(FarmService.slot_labels(config), version=_version(), mode=config.device_mode)
+        self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file is not None else None
+        self.certs = (CertFiles(config.tls_cert, config.tls_key, config.tls_client_ca)
+                      if config.tls_cert is not None and config.tls_key is not None else None)
         self._own_pool = False
         if backend is None:
             backend = default_backend()
@@ -55,7 +65,10 @@ class Daemon:
         self.cache = ResultCache(cache_path)
         self.service = FarmService(config, backend, self.metrics, self.cache, build_pool)
         self.health = health.aio.HealthServicer()
+        self.service.on_slot_change = self._slot_changed
         self.server: grpc.aio.Server | None = None
+        self.health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
         self.port: int | None = None
         self._metrics_http: Any = None
         self._stop = asyncio.Event()
@@ -70,15 +83,23 @@ class Daemon:
         self._own_pool = True
         return BuildPool(max_workers=self.config.build_workers, cache_dir=cache_dir)
 
+    def _slot_changed(self, state: SlotState) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if state.in_service else health_pb2.HealthCheckResponse.NOT_SERVING
+        asyncio.ensure_future(self.health.set(slot_health_name(state.index), status))
+        # Readiness (the EvalFarm service name) follows whether any slot can take work.
+        ready = health_pb2.HealthCheckResponse.SERVING if self.service.slots.in_service else health_pb2.HealthCheckResponse.NOT_SERVING
+        asyncio.ensure_future(self.health.set(SERVICE_NAME, ready))
+
     def _max_message(self) -> int:
         return 2 * self.config.max_source_bytes + (1 << 20)
 
     async def start(self) -> int:
         cfg = self.config
         interceptors = []
-        if cfg.auth_token is not None:
+        if cfg.authenticated:
+            tokens: Any = self.tokens.tokens if self.tokens is not None else cfg.auth_token
             interceptors.append(
-                BearerTokenInterceptor(cfg.auth_token, lambda _r: self.metrics.rejected.labels("auth").inc())
+                BearerTokenInterceptor(tokens, lambda _r: self.metrics.rejected.labels("auth").inc())
             )
         options = (
             *SERVER_OPTIONS,
@@ -92,15 +113,8 @@ class Daemon:
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         address = _address(cfg.host, cfg.port)
-        if cfg.tls:
-            assert cfg.tls_cert is not None and cfg.tls_key is not None
-            ca = cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca is not None else None
-            creds = grpc.ssl_server_credentials(
-                [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())],
-                root_certificates=ca,
-                require_client_auth=ca is not None,
-            )
-            port = server.add_secure_port(address, creds)
+        if self.certs is not None:  # re-read on every new handshake when the files change
+            port = server.add_secure_port(address, self.certs.credentials())
         else:
             port = server.add_insecure_port(address)
         if port == 0:
@@ -109,13 +123,22 @@ class Daemon:
         self.server, self.port = server, port
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        for state in self.service.slot_states:
+            await self.health.set(slot_health_name(state.index), health_pb2.HealthCheckResponse.SERVING)
+        if cfg.health_port is not None:  # health only: no token, nothing a client could abuse
+            hs = grpc.aio.server()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, hs)
+            health_host = "127.0.0.1" if not cfg.authenticated else "0.0.0.0"
+            self.health_port = hs.add_insecure_port(_address(health_host, cfg.health_port))
+            await hs.start()
+            self.health_server = hs
         if cfg.metrics_port is not None:
-            addr = "127.0.0.1" if cfg.auth_token is None else "0.0.0.0"
+            addr = "127.0.0.1" if not cfg.authenticated else "0.0.0.0"
             self._metrics_http = self.metrics.serve(cfg.metrics_port, addr=addr)
         log.info(
             "event=listening address=%s port=%d slots=%d mode=%s queue_limit=%d auth=%s tls=%s",
             cfg.host, port, cfg.slots, cfg.device_mode, cfg.queue_limit,
-            cfg.auth_token is not None, cfg.tls,
+            cfg.authenticated, cfg.tls,
         )
         return port
 
@@ -132,8 +155,7 @@ class Daemon:
         cfg = self.config
         log.info("event=drain_start active=%d timeout_s=%.1f", self.service._active, cfg.drain_timeout_s)
         self.service.start_drain()
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.health.enter_graceful_shutdown()  # every name, slots included, NOT_SERVING
         finished = await self.service.wait_idle(cfg.drain_timeout_s)
         if not finished:
             log.warning("event=drain_timeout cancelling=%d", self.service._active)
@@ -142,6 +164,8 @@ class Daemon:
         await self.service.wait_background(30.0)
         if self.server is not None:
             await self.server.stop(grace=5.0)  # lets the last results reach their clients
+        if self.health_server is not None:
+            await self.health_server.stop(grace=None)
         self.close()
         log.info("event=drain_done clean=%s", finished)
 

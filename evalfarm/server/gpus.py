@@ -3,9 +3,23 @@ CUDA_VISIBLE_DEVICES respected), shared with the scoring side so slot indices ag
 
 from __future__ import annotations
 
-from evalfarm.devices import cpu_name, gpu_names
+import logging
 
-__all__ = ["cpu_name", "gpu_names", "parse_gpu_list"]
+from evalfarm.devices import cpu_name, gpu_names, gpu_uuids
+
+__all__ = ["cpu_name", "gpu_names", "gpu_uuids", "nvml_missing", "parse_gpu_list"]
+
+log = logging.getLogger(__name__)
+
+
+def nvml_missing() -> str | None:
+    """Why NVML cannot be used on this host (None when pynvml imports)."""
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        return ("pynvml is not installed: install the farm extra (pip install 'cuda-crl[farm]', "
+                "which brings nvidia-ml-py); without it no score has a physical-floor check")
+    return None
 
 
 def parse_gpu_list(spec: str, available: list[str]) -> list[int]:

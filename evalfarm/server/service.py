@@ -4,6 +4,7 @@ Deadlines: a request's `deadline_s` counts from when a slot starts its evaluatio
 spent in the daemon's queue never burns it; the gRPC deadline of the call (or stream), if
 any, bounds queue wait and evaluation together. Re-verification requests
 (`ScoreRequest.reverification`) take the next free slot, ahead of queued ordinary work.
+Slots that keep faulting are taken out of service and probed back in (evalfarm.server.slot_health).
 """
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ from evalfarm.config import ScoreConfig
 from evalfarm.result import ScoreResult
 from evalfarm.server.cache import ResultCache, cache_key
 from evalfarm.server.config import ServerConfig
-from evalfarm.server.metrics import Metrics
-from evalfarm.server.slots import Draining, QueueFull, SlotPool
+from evalfarm.server.metrics import FarmSample, Metrics, SlotLabels, SlotSample
+from evalfarm.server.slot_health import (
+    PROBE_CONFIG,
+    FaultInjector,
+    SlotHealth,
+    SlotState,
+    probe_candidate,
+)
+from evalfarm.server.slots import Draining, NoSlots, QueueFull, SlotPool
 from evalfarm.server.validate import InvalidRequest, Prepared, TaskResolver, prepare
 from evalfarm.tasks import Candidate, Task
 from evalfarm.v1 import evalfarm_pb2 as pb
@@ -97,6 +105,55 @@ class FarmService(pb_grpc.EvalFarmServicer):
         self._background: set[asyncio.Task[Any]] = set()
         self.version = _version()
         self._kinds = [self._device_kind(i) for i in range(config.slots)]
+        self.slot_states = [
+            SlotState(i, config.devices[i], self._gpu_name(i), self.gpu_uuid(i)) for i in range(config.slots)
+        ]
+        self.on_slot_change: Callable[[SlotState], None] = lambda _s: None  # the daemon's health service
+        self.health = SlotHealth(
+            self.slot_states, config.health_policy,
+            take_out=self.slots.take_out, wait_idle=self.slots.wait_idle_out, put_back=self.slots.put_back,
+            run_probe=self._run_probe, on_change=lambda st: self.on_slot_change(st),
+            on_probe=lambda st, ok: self.metrics.probes.labels(*self.metrics.labels_for(st.index),
+                                                               "pass" if ok else "fail").inc(),
+        )
+        self._faults = FaultInjector.from_env()  # test hook: off unless the environment enables it
+        self._probe: tuple[Task, Candidate] | None = None
+        metrics.watch_slots(self.sample)
+
+    @staticmethod
+    def slot_labels(config: ServerConfig) -> list[SlotLabels]:
+        """Metric labels of every slot (gpu_uuid 'cpu' for CPU slots)."""
+        out = []
+        for i, device in enumerate(config.devices):
+            if device == "cpu":
+                out.append(SlotLabels(str(i), "cpu", "cpu"))
+            else:
+                uuid = config.gpu_uuids[i] if i < len(config.gpu_uuids) else ""
+                out.append(SlotLabels(str(i), uuid or f"unknown-{i}", config.gpu_names[i]))
+        return out
+
+    def gpu_uuid(self, slot: int | None) -> str:
+        if slot is None or self.config.device_mode == "cpu" or slot >= len(self.config.gpu_uuids):
+            return ""
+        return self.config.gpu_uuids[slot]
+
+    @property
+    def gpu_model(self) -> str:
+        """The one device model of this daemon: a GPU name, 'cpu', or '' when GPU models mix."""
+        if self.config.device_mode == "cpu":
+            return "cpu"
+        names = set(self.config.gpu_names)
+        return names.pop() if len(names) == 1 else ""
+
+    def sample(self) -> FarmSample:
+        labels = self.metrics.slot_labels
+        return FarmSample(
+            slots=[SlotSample(labels[st.index], self.slots.busy(st.index), st.in_service, st.consecutive_faults)
+                   for st in self.slot_states],
+            ordinary_depth=self.slots.ordinary_depth,
+            priority_depth=self.slots.priority_depth,
+            queue_limit=self.slots.queue_limit,
+        )
 
     # -- helpers -------------------------------------------------------------------------
     def _device_kind(self, slot: int) -> str:
@@ -120,6 +177,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
     def start_drain(self) -> None:
         self.slots.draining = True
         self.metrics.draining.set(1)
+        self.health.stop()
 
     def abort_in_flight(self) -> None:
         """After the drain timeout: cancel what is left; each gets INFRA_ERROR 'daemon draining'."""
@@ -138,10 +196,6 @@ class FarmService(pb_grpc.EvalFarmServicer):
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
-
-    def _update_gauges(self) -> None:
-        self.metrics.queue_depth.set(self.slots.queue_depth)
-        self.metrics.slots_busy.set(self.slots.running)
 
     async def _prepare(self, req: pb.ScoreRequest, stream: bool) -> Prepared:
         size = len(req.candidate.source) + len(req.task.source.source)
@@ -185,9 +239,8 @@ class FarmService(pb_grpc.EvalFarmServicer):
             self._release(slot, t_slot)
 
     def _release(self, slot: int, t_slot: float) -> None:
-        self.metrics.slot_busy_seconds.labels(str(slot)).inc(time.monotonic() - t_slot)
+        self.metrics.slot_busy_seconds.labels(*self.metrics.labels_for(slot)).inc(time.monotonic() - t_slot)
         self.slots.release(slot)
-        self._update_gauges()
 
     # -- the core ------------------------------------------------------------------------
     async def _score(self, prep: Prepared, deadline: float | None) -> pb.ScoredSample:
@@ -217,13 +270,11 @@ class FarmService(pb_grpc.EvalFarmServicer):
             self._active -= 1
             if self._active == 0:
                 self._idle.set()
-            self._update_gauges()
 
     async def _admitted(
         self, prep: Prepared, deadline: float | None, t0: float, loop: asyncio.AbstractEventLoop
     ) -> pb.ScoredSample:
         acquire = asyncio.ensure_future(self.slots.acquire(priority=prep.reverification))
-        self._update_gauges()
         try:
             outcome = await self._race(acquire, deadline)
         except asyncio.CancelledError:
@@ -241,17 +292,17 @@ class FarmService(pb_grpc.EvalFarmServicer):
         except Draining as err:
             self.metrics.rejected.labels("draining").inc()
             raise RequestRejected(grpc.StatusCode.UNAVAILABLE, str(err)) from None
+        except NoSlots as err:
+            self.metrics.rejected.labels("no_slots").inc()
+            raise RequestRejected(grpc.StatusCode.UNAVAILABLE, f"{err}: try another host") from None
 
         queue_s = time.monotonic() - t0
         t_slot = time.monotonic()
-        self._update_gauges()
         if prep.deadline_s > 0:  # the evaluation's own deadline starts now, with its slot
             own = loop.time() + prep.deadline_s
             deadline = own if deadline is None else min(deadline, own)
         config = prep.config.replace(device=self.config.devices[slot])
-        start = loop.run_in_executor(
-            self._executor, self._backend, prep.task, prep.candidate, config, self._build_pool
-        )
+        start = loop.run_in_executor(self._executor, self._start_on_slot, slot, prep.task, prep.candidate, config)
         handed_off = False
         try:
             outcome = await self._race(start, deadline)
@@ -278,9 +329,45 @@ class FarmService(pb_grpc.EvalFarmServicer):
             if not handed_off:
                 self._release(slot, t_slot)
 
+        result = await self._check_slot(slot, result)
         key = cache_key(prep.task.sha256, prep.candidate.sha256, prep.config, self._kinds[slot])
         self.cache.put(key, result)  # never stores INFRA_ERROR
         return self._finish(prep, result, slot, t0, queue_s)
+
+    def _start_on_slot(self, slot: int, task: Task, candidate: Candidate, config: ScoreConfig) -> Evaluation:
+        if self._faults is not None and self._faults.faulty(slot):
+            return _Finished(FaultInjector.result(task, candidate, slot))
+        return self._backend(task, candidate, config, self._build_pool)
+
+    async def _check_slot(self, slot: int, result: ScoreResult) -> ScoreResult:
+        """Count the slot's faults; the one that takes it out waits for the first probe."""
+        if not self.health.observe(slot, result):
+            return result
+        if await self.health.suspect(slot):
+            return result  # the probe passed: the candidate's own fault
+        state = self.slot_states[slot]
+        return ScoreResult.failure(
+            Verdict.INFRA_ERROR,
+            f"slot {slot} ({state.gpu_uuid or state.device}) taken out of service: {state.reason}; "
+            f"this result ({result.verdict.value}: {result.detail[:200]}) is not trusted, retry elsewhere",
+            task=result.task, candidate_sha256=result.candidate_sha256,
+        )
+
+    async def _run_probe(self, slot: int) -> ScoreResult:
+        """Score the known-good probe on `slot` (out of service, idle)."""
+        loop = asyncio.get_running_loop()
+        if self._probe is None:
+            self._probe = await asyncio.to_thread(probe_candidate)
+        task, candidate = self._probe
+        kind = "cpu" if self.config.device_mode == "cpu" else "cuda"
+        await asyncio.to_thread(task.resolve_profile, PROBE_CONFIG.size_profile, kind)
+        config = PROBE_CONFIG.replace(device=self.config.devices[slot])
+        ev = await loop.run_in_executor(self._executor, self._start_on_slot, slot, task, candidate, config)
+        try:
+            return await loop.run_in_executor(self._executor, ev.result, self.config.health_policy.probe_timeout_s)
+        except asyncio.CancelledError:
+            await loop.run_in_executor(self._executor, ev.cancel)
+            raise
 
     def _drop_acquire(self, acquire: asyncio.Future[int]) -> None:
         """Leave the queue; a slot granted meanwhile goes back to the pool."""
@@ -334,11 +421,12 @@ class FarmService(pb_grpc.EvalFarmServicer):
         self, prep: Prepared, result: ScoreResult, slot: int | None, t0: float, queue_s: float, cached: bool = False
     ) -> pb.ScoredSample:
         total_s = time.monotonic() - t0
-        self.metrics.verdicts.labels(result.verdict.value).inc()
+        labels = self.metrics.labels_for(slot, cached)
+        self.metrics.verdicts.labels(result.verdict.value, *labels).inc()
         if not cached:
-            self.metrics.phase_seconds.labels("queue").observe(queue_s)
+            self.metrics.phase_seconds.labels("queue", *labels).observe(queue_s)
             for phase, seconds in (result.evidence.phases_s or {}).items():
-                self.metrics.phase_seconds.labels(str(phase)).observe(float(seconds))
+                self.metrics.phase_seconds.labels(str(phase), *labels).observe(float(seconds))
         log.info(
             "event=scored sample_id=%s task=%s verdict=%s speedup=%s slot=%s cached=%s reverification=%s "
             "queue_s=%.3f total_s=%.3f detail=%r",
@@ -354,6 +442,8 @@ class FarmService(pb_grpc.EvalFarmServicer):
             queue_s=queue_s,
             total_s=total_s,
             cached=cached,
+            gpu_uuid=self.gpu_uuid(slot),
+            slot=slot,
         )
 
     def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
@@ -446,4 +536,29 @@ class FarmService(pb_grpc.EvalFarmServicer):
             version=self.version,
             draining=self.draining,
             host=self.config.host_label,
+            slot_status=[
+                pb.SlotStatus(index=st.index, device=st.device, gpu_name=st.gpu_name if st.device != "cpu" else "",
+                              gpu_uuid=st.gpu_uuid, busy=self.slots.busy(st.index), in_service=st.in_service,
+                              reason=st.reason, consecutive_faults=st.consecutive_faults)
+                for st in self.slot_states
+            ],
+            out_of_service=len(self.slots.out_of_service),
+            gpu_model=self.gpu_model,
         )
+
+
+class _Finished:
+    """An evaluation that is already over (an injected fault)."""
+
+    def __init__(self, result: ScoreResult) -> None:
+        self._result = result
+
+    def result(self, timeout: float | None = None) -> ScoreResult:
+        return self._result
+
+    def cancel(self) -> None:
+        pass
+
+    @property
+    def done(self) -> bool:
+        return True

@@ -9,6 +9,10 @@ Re-verifications (`acquire(priority=True)`) wait in their own queue, which a fre
 serves first: a re-verification runs next, ahead of every queued ordinary request. They
 are admitted even when the ordinary queue is full; their own queue holds at most
 max(slots, queue_limit).
+
+A slot can be taken out of service (`take_out`, by evalfarm.server.slot_health): it finishes
+what it runs, is then withheld from every queue, and comes back with `put_back`. With every
+slot out of service, `acquire` raises NoSlots (-> UNAVAILABLE: the client goes elsewhere).
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ class Draining(AdmissionError):
     pass
 
 
+class NoSlots(AdmissionError):
+    """Every slot is out of service."""
+
+
 class SlotPool:
     def __init__(self, slots: int, queue_limit: int) -> None:
         if slots < 1:
@@ -40,6 +48,9 @@ class SlotPool:
         self._urgent: collections.deque[asyncio.Future[int]] = collections.deque()  # re-verifications
         self.priority_limit = max(slots, queue_limit)
         self.draining = False
+        self.out_of_service: set[int] = set()
+        self._idle_out: set[int] = set()  # out of service and not running anything
+        self._idle_out_changed = asyncio.Event()
 
     @property
     def free(self) -> int:
@@ -47,7 +58,49 @@ class SlotPool:
 
     @property
     def running(self) -> int:
-        return self.slots - len(self._free)
+        return self.slots - len(self._free) - len(self._idle_out)
+
+    @property
+    def in_service(self) -> int:
+        return self.slots - len(self.out_of_service)
+
+    def busy(self, slot: int) -> bool:
+        return slot not in self._free and slot not in self._idle_out
+
+    def take_out(self, slot: int) -> None:
+        """No new work for `slot`; what it runs now finishes. Waiters fail when none is left."""
+        if slot in self.out_of_service:
+            return
+        self.out_of_service.add(slot)
+        if slot in self._free:
+            self._free.remove(slot)
+            self._mark_idle_out(slot)
+        if self.in_service == 0:
+            err = NoSlots(f"all {self.slots} slots are out of service")
+            for queue in (self._urgent, self._waiters):
+                while queue:
+                    fut = queue.popleft()
+                    if not fut.done():
+                        fut.set_exception(err)
+
+    def put_back(self, slot: int) -> None:
+        """Return an out-of-service slot (idle, see `wait_idle_out`) to the pool."""
+        if slot not in self.out_of_service:
+            return
+        self.out_of_service.discard(slot)
+        if slot in self._idle_out:
+            self._idle_out.discard(slot)
+            self.release(slot)
+
+    async def wait_idle_out(self, slot: int) -> None:
+        """Until an out-of-service slot has finished what it was running."""
+        while slot in self.out_of_service and slot not in self._idle_out:
+            self._idle_out_changed.clear()
+            await self._idle_out_changed.wait()
+
+    def _mark_idle_out(self, slot: int) -> None:
+        self._idle_out.add(slot)
+        self._idle_out_changed.set()
 
     @property
     def queue_depth(self) -> int:
@@ -69,6 +122,8 @@ class SlotPool:
         """
         if self.draining:
             raise Draining("daemon is draining: not accepting new work")
+        if self.in_service == 0:
+            raise NoSlots(f"all {self.slots} slots are out of service")
         if self._free and not self.queue_depth:
             return self._free.pop()
         if priority:
@@ -98,6 +153,9 @@ class SlotPool:
 
     def release(self, slot: int) -> None:
         """Hand the slot to the first re-verification waiting, else the first ordinary waiter."""
+        if slot in self.out_of_service:
+            self._mark_idle_out(slot)
+            return
         for queue in (self._urgent, self._waiters):
             while queue:
                 fut = queue.popleft()

@@ -199,7 +199,7 @@ class ItemError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., code_name: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ScoredSample(_message.Message):
-    __slots__ = ("sample_id", "verdict", "speedup", "detail", "evidence", "evidence_json", "host", "gpu_name", "phases", "task", "candidate_sha256", "tags", "error")
+    __slots__ = ("sample_id", "verdict", "speedup", "detail", "evidence", "evidence_json", "host", "gpu_name", "phases", "task", "candidate_sha256", "tags", "error", "gpu_uuid", "slot")
     class TagsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,8 @@ class ScoredSample(_message.Message):
     CANDIDATE_SHA256_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     sample_id: str
     verdict: Verdict
     speedup: float
@@ -233,14 +235,36 @@ class ScoredSample(_message.Message):
     candidate_sha256: str
     tags: _containers.ScalarMap[str, str]
     error: ItemError
-    def __init__(self, sample_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., speedup: _Optional[float] = ..., detail: _Optional[str] = ..., evidence: _Optional[_Union[Evidence, _Mapping]] = ..., evidence_json: _Optional[str] = ..., host: _Optional[str] = ..., gpu_name: _Optional[str] = ..., phases: _Optional[_Union[PhaseTimings, _Mapping]] = ..., task: _Optional[str] = ..., candidate_sha256: _Optional[str] = ..., tags: _Optional[_Mapping[str, str]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+    gpu_uuid: str
+    slot: int
+    def __init__(self, sample_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., speedup: _Optional[float] = ..., detail: _Optional[str] = ..., evidence: _Optional[_Union[Evidence, _Mapping]] = ..., evidence_json: _Optional[str] = ..., host: _Optional[str] = ..., gpu_name: _Optional[str] = ..., phases: _Optional[_Union[PhaseTimings, _Mapping]] = ..., task: _Optional[str] = ..., candidate_sha256: _Optional[str] = ..., tags: _Optional[_Mapping[str, str]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class CapacityRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class SlotStatus(_message.Message):
+    __slots__ = ("index", "device", "gpu_name", "gpu_uuid", "busy", "in_service", "reason", "consecutive_faults")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    GPU_NAME_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
+    IN_SERVICE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    device: str
+    gpu_name: str
+    gpu_uuid: str
+    busy: bool
+    in_service: bool
+    reason: str
+    consecutive_faults: int
+    def __init__(self, index: _Optional[int] = ..., device: _Optional[str] = ..., gpu_name: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., busy: _Optional[bool] = ..., in_service: _Optional[bool] = ..., reason: _Optional[str] = ..., consecutive_faults: _Optional[int] = ...) -> None: ...
+
 class CapacityResponse(_message.Message):
-    __slots__ = ("slots", "free_slots", "queue_depth", "queue_limit", "gpu_names", "device_mode", "version", "draining", "host", "running")
+    __slots__ = ("slots", "free_slots", "queue_depth", "queue_limit", "gpu_names", "device_mode", "version", "draining", "host", "running", "slot_status", "out_of_service", "gpu_model")
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +275,9 @@ class CapacityResponse(_message.Message):
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    SLOT_STATUS_FIELD_NUMBER: _ClassVar[int]
+    OUT_OF_SERVICE_FIELD_NUMBER: _ClassVar[int]
+    GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
     slots: int
     free_slots: int
     queue_depth: int
@@ -261,4 +288,7 @@ class CapacityResponse(_message.Message):
     draining: bool
     host: str
     running: int
-    def __init__(self, slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., gpu_names: _Optional[_Iterable[str]] = ..., device_mode: _Optional[str] = ..., version: _Optional[str] = ..., draining: _Optional[bool] = ..., host: _Optional[str] = ..., running: _Optional[int] = ...) -> None: ...
+    slot_status: _containers.RepeatedCompositeFieldContainer[SlotStatus]
+    out_of_service: int
+    gpu_model: str
+    def __init__(self, slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., gpu_names: _Optional[_Iterable[str]] = ..., device_mode: _Optional[str] = ..., version: _Optional[str] = ..., draining: _Optional[bool] = ..., host: _Optional[str] = ..., running: _Optional[int] = ..., slot_status: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ..., out_of_service: _Optional[int] = ..., gpu_model: _Optional[str] = ...) -> None: ...

@@ -37,7 +37,7 @@ def _farm(d: DaemonThread, tmp_path: Path, **kw) -> Farm:  # noqa: ANN003
 
 def test_infra_error_is_resubmitted_then_scored(daemon_factory, tmp_path):
     backend = FlakyBackend(infra_first=3)  # the client retries twice on its own, the farm once more
-    d = daemon_factory(backend=backend)
+    d = daemon_factory(backend=backend, fault_threshold=0)  # counts backend starts: no slot probes
     with _farm(d, tmp_path, max_resubmits=2) as farm:
         farm.submit("s1", "L1/1", fake_source("OK", 1.7))
         out = farm.wait(["s1"], 30)["s1"]
@@ -48,7 +48,7 @@ def test_infra_error_is_resubmitted_then_scored(daemon_factory, tmp_path):
 
 
 def test_persistent_infra_error_is_returned_as_infra_never_ok(daemon_factory, tmp_path):
-    d = daemon_factory(backend=FlakyBackend(infra_first=10_000))
+    d = daemon_factory(backend=FlakyBackend(infra_first=10_000), fault_threshold=0)  # the client's retries only
     with _farm(d, tmp_path, max_resubmits=1) as farm:
         farm.submit("s1", "L1/1", fake_source("OK", 2.0))
         out = farm.wait(["s1"], 60)["s1"]

@@ -256,4 +256,4 @@ def test_reverification_runs_before_queued_work_real(spawn_daemon) -> None:
     assert len(still_queued) == 3, "a queued ordinary request finished before the re-verification"
     scored = [line for line in d.log().splitlines() if "event=scored" in line]
     assert "sample_id=o0" in scored[0], scored  # the one that was running
-    assert "sample_id=rv" in scored[1] and "reverification=True" in scored[1], scored
+    assert "sample_id=rv" in scored[1] and "reverification=true" in scored[1], scored

@@ -242,7 +242,9 @@ def test_metrics_endpoint(daemon_factory) -> None:
         stub.Score(request(fake_source()), timeout=5)
         stub.Score(request(fake_source()), timeout=5)
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert 'evalfarm_verdicts_total{verdict="OK"} 2.0' in text
+    # the first is evaluated on slot 0, the second answered from the result cache
+    assert 'evalfarm_verdicts_total{gpu_uuid="cpu",slot="0",verdict="OK"} 1.0' in text
+    assert 'evalfarm_verdicts_total{gpu_uuid="",slot="cache",verdict="OK"} 1.0' in text
     assert 'evalfarm_result_cache_total{outcome="hit"} 1.0' in text
     assert "evalfarm_queue_depth" in text and "evalfarm_phase_seconds_bucket" in text
 

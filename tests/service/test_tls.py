@@ -69,3 +69,35 @@ def test_score_cli_with_server_speaks_mtls(daemon_factory, pki: Path, tmp_path: 
     assert rc == 0 and '"verdict": "OK"' in out and "2.5" in out
     assert main([*base, "--tls-ca", str(pki / "ca.pem"), "--timeout", "10"]) == 2  # no client cert: refused
     assert main([*base, "--tls-cert", str(pki / "client.pem")]) == 2  # cert without key: a usage error
+
+
+def test_certificates_reload_without_restart(daemon_factory, pki: Path, tmp_path: Path) -> None:
+    """A renewed certificate (here: signed by a new CA) is served on the next handshake."""
+    ca2 = tmp_path / "pki2"
+    ca2.mkdir()
+    _run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+         "-days", "1", "-subj", "/CN=test-ca-2", cwd=ca2)
+    (ca2 / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    _run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+         "-subj", "/CN=server", cwd=ca2)
+    _run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+         "-out", "server.pem", "-days", "1", "-extfile", "ext.cnf", cwd=ca2)
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(pki / "server.pem", cert)
+    shutil.copy(pki / "server.key", key)
+    d = daemon_factory(tls_cert=cert, tls_key=key)
+
+    def capacity_with(ca: Path) -> bool:
+        creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+        with grpc.secure_channel(d.target, creds) as ch:
+            try:
+                pb_grpc.EvalFarmStub(ch).Capacity(pb.CapacityRequest(), timeout=3)
+                return True
+            except grpc.RpcError:
+                return False
+
+    assert capacity_with(pki / "ca.pem") and not capacity_with(ca2 / "ca.pem")
+    shutil.copy(ca2 / "server.key", key)
+    shutil.copy(ca2 / "server.pem", cert)
+    assert capacity_with(ca2 / "ca.pem") and not capacity_with(pki / "ca.pem")
+    assert d.daemon.certs is not None and d.daemon.certs.reloads == 1
