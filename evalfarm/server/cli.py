@@ -61,7 +61,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-client-ca", default=None, help="require client certificates (mTLS)")
     p.add_argument("--metrics-port", type=int, default=None, help="Prometheus /metrics port")
     p.add_argument("--kernelbench-root", default=None, help="resolve KernelBench task ids")
-    p.add_argument("--cache-dir", default=".evalfarm-cache", help="result + compile cache")
+    from evalfarm.build.cache import DEFAULT_CACHE_DIR
+
+    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR),
+                   help="cache root shared with `evalfarm score`: <dir>/build (compiled extensions), "
+                        "<dir>/results.sqlite (results); $EVALFARM_CACHE_DIR sets the default")
     p.add_argument("--build-workers", type=int, default=2, help="compile pool size")
     p.add_argument("--max-source-bytes", type=int, default=DEFAULT_MAX_SOURCE_BYTES)
     p.add_argument("--drain-timeout", type=float, default=60.0, help="seconds to finish work on SIGTERM")
