@@ -27,6 +27,8 @@ STRICT_TOLERANCES: dict[torch.dtype, tuple[float, float, float]] = {
 }
 KERNELBENCH_ATOL = 1e-2
 KERNELBENCH_RTOL = 1e-2
+# Values are compared this many elements at a time (64 MiB of float32 per temporary).
+CHUNK_ELEMENTS = 1 << 24
 
 
 @dataclasses.dataclass
@@ -72,60 +74,85 @@ def check_structure(out: object, ref: object) -> str:
     return ""
 
 
-def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict") -> Comparison:
-    """Compare values of two tensors of equal shape/dtype/device."""
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of ``t`` (a same-dtype copy only when ``t`` is not contiguous)."""
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
+def _chunks(n: int, chunk: int) -> range:
+    return range(0, n, max(1, chunk))
+
+
+def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict",
+                   chunk_elements: int | None = None) -> Comparison:
+    """Compare values of two tensors of equal shape/dtype/device.
+
+    The work is done in chunks of ``chunk_elements`` (default ``CHUNK_ELEMENTS``): the extra
+    memory is a few chunk-sized temporaries whatever the output's size, never a whole-output
+    float32/float64 copy (a multi-GB output on a nearly full GPU compares without running out
+    of memory). Norms are accumulated in float64, so the result is the whole-tensor one."""
+    chunk = chunk_elements or CHUNK_ELEMENTS
     if ref.numel() == 0:
         return Comparison(ok=True)
+    o_all, r_all = _flat(out), _flat(ref)
+    n = r_all.numel()
     if not (ref.is_floating_point() or ref.is_complex()):
-        neq = out != ref
-        if bool(neq.any()):
-            idx = _unravel(int(neq.flatten().nonzero()[0]), ref.shape)
-            return Comparison(False, f"integer/bool output differs at {idx}", worst_index=idx)
+        for s in _chunks(n, chunk):
+            neq = o_all[s:s + chunk] != r_all[s:s + chunk]
+            if bool(neq.any()):
+                idx = _unravel(s + int(neq.nonzero()[0]), ref.shape)
+                return Comparison(False, f"integer/bool output differs at {idx}", worst_index=idx)
         return Comparison(ok=True)
 
     if torch.equal(out, ref):  # bit-identical (common for honest candidates): one kernel
         return Comparison(ok=True)
-    all_finite = bool(torch.isfinite(ref).all()) and bool(torch.isfinite(out).all())
+    all_finite = all(bool(torch.isfinite(t[s:s + chunk]).all()) for t in (r_all, o_all) for s in _chunks(n, chunk))
+    n_finite = n
     if not all_finite:
         # NaN and Inf must appear in exactly the same places (with the same sign for Inf).
-        out_nan, ref_nan = torch.isnan(out), torch.isnan(ref)
-        if not torch.equal(out_nan, ref_nan):
-            idx = _unravel(int((out_nan != ref_nan).flatten().nonzero()[0]), ref.shape)
-            return Comparison(False, f"NaN pattern differs from the reference (first at {idx})", worst_index=idx)
-        out_inf, ref_inf = torch.isinf(out), torch.isinf(ref)
-        if not torch.equal(out_inf, ref_inf) or not torch.equal(out[ref_inf], ref[ref_inf]):
-            bad = (out_inf != ref_inf) | (ref_inf & (out != ref))
-            idx = _unravel(int(bad.flatten().nonzero()[0]), ref.shape)
-            return Comparison(False, f"Inf pattern differs from the reference (first at {idx})", worst_index=idx)
-        finite = ~(ref_nan | ref_inf)
-        zero = torch.zeros((), dtype=out.dtype, device=out.device)
-        out, ref = torch.where(finite, out, zero), torch.where(finite, ref, zero)
-        n_finite = max(int(finite.sum()), 1)
-    else:
-        n_finite = max(ref.numel(), 1)
+        problem = _nonfinite_pattern(o_all, r_all, ref.shape, chunk)
+        if problem is not None:
+            return problem
+        n_finite = sum(int(torch.isfinite(r_all[s:s + chunk]).sum()) for s in _chunks(n, chunk))
+    n_finite = max(n_finite, 1)
 
     if all_finite:
-        problem = _constant_output(out, ref)
-        if problem:
-            return Comparison(False, problem)
+        problem_text = _constant_output(o_all, r_all, ref.dtype, chunk)
+        if problem_text:
+            return Comparison(False, problem_text)
 
     # float64 references are compared in float64; everything else in float32, which resolves
     # errors far below the tightest float32 tolerance and costs half the memory traffic.
     work = torch.float64 if ref.dtype in (torch.float64, torch.complex128) else torch.float32
-    o, r = out.to(work), ref.to(work)
-    diff = (o - r).abs()
-    flat = diff.flatten()
-    worst = int(torch.argmax(flat))
-    max_abs = float(flat[worst])
-    ref_norm = float(torch.linalg.vector_norm(r, dtype=torch.float64))
-    err_norm = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
+
+    def pieces() -> Any:
+        """(start, out chunk, ref chunk, |out - ref|) in the working dtype, non-finite places zeroed."""
+        for s in _chunks(n, chunk):
+            o, r = o_all[s:s + chunk].to(work), r_all[s:s + chunk].to(work)
+            if not all_finite:
+                finite = torch.isfinite(r)
+                zero = torch.zeros((), dtype=work, device=r.device)
+                o, r = torch.where(finite, o, zero), torch.where(finite, r, zero)
+            yield s, o, r, (o - r).abs()
+
+    ref_sq = err_sq = 0.0
+    max_abs, worst = -1.0, 0
+    close = True
+    for s, o, r, diff in pieces():
+        m, i = torch.max(diff, 0)  # the first index of the largest difference, as argmax
+        if float(m) > max_abs:
+            max_abs, worst = float(m), s + int(i)
+        ref_sq += float(torch.linalg.vector_norm(r, dtype=torch.float64)) ** 2
+        err_sq += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
+        if policy == "kernelbench" and close:
+            close = bool(torch.allclose(o, r, atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL, equal_nan=True))
+    ref_norm, err_norm = ref_sq ** 0.5, err_sq ** 0.5
     rel_l2 = err_norm / ref_norm if ref_norm > 0 else max_abs
     worst_idx = _unravel(worst, ref.shape)
 
     if policy == "kernelbench":
-        ok = bool(torch.allclose(o, r, atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL, equal_nan=True))
-        reason = "" if ok else f"allclose(atol=rtol=1e-2) fails; max abs error {max_abs:.3g} at {worst_idx}"
-        return Comparison(ok, reason, rel_l2, max_abs, worst_idx)
+        reason = "" if close else f"allclose(atol=rtol=1e-2) fails; max abs error {max_abs:.3g} at {worst_idx}"
+        return Comparison(close, reason, rel_l2, max_abs, worst_idx)
 
     max_rel_l2, rtol, atol_frac = STRICT_TOLERANCES.get(ref.dtype, STRICT_TOLERANCES[torch.float32])
     rms = ref_norm / n_finite**0.5
@@ -136,34 +163,59 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict")
             f"(max abs error {max_abs:.3g} at {worst_idx})",
             rel_l2, max_abs, worst_idx,
         )
-    allowed = rtol * r.abs() + atol_frac * rms
-    excess = diff - allowed
-    if bool((excess > 0).any()):
-        i = int(torch.argmax(excess.flatten()))
-        idx = _unravel(i, ref.shape)
+    top: tuple[float, int, float, float, float] | None = None  # excess, index, diff, ref, allowed
+    for s, _o, r, diff in pieces():
+        allowed = rtol * r.abs() + atol_frac * rms
+        excess = diff - allowed
+        m, i = torch.max(excess, 0)
+        if float(m) > 0 and (top is None or float(m) > top[0]):
+            j = int(i)
+            top = (float(m), s + j, float(diff[j]), float(r[j]), float(allowed[j]))
+    if top is not None:
+        idx = _unravel(top[1], ref.shape)
         return Comparison(
             False,
-            f"element {idx} differs by {float(diff.flatten()[i]):.3g} "
-            f"(reference {float(r.flatten()[i]):.6g}, allowed {float(allowed.flatten()[i]):.3g})",
+            f"element {idx} differs by {top[2]:.3g} (reference {top[3]:.6g}, allowed {top[4]:.3g})",
             rel_l2, max_abs, idx,
         )
     return Comparison(True, "", rel_l2, max_abs, worst_idx)
 
 
-def _constant_output(out: torch.Tensor, ref: torch.Tensor) -> str:
+def _nonfinite_pattern(o_all: torch.Tensor, r_all: torch.Tensor, shape: torch.Size, chunk: int) -> Comparison | None:
+    """A failed Comparison when NaN or Inf places (or Inf signs) differ, else None."""
+    n = r_all.numel()
+    for s in _chunks(n, chunk):
+        o, r = o_all[s:s + chunk], r_all[s:s + chunk]
+        bad = torch.isnan(o) != torch.isnan(r)
+        if bool(bad.any()):
+            idx = _unravel(s + int(bad.nonzero()[0]), shape)
+            return Comparison(False, f"NaN pattern differs from the reference (first at {idx})", worst_index=idx)
+    for s in _chunks(n, chunk):
+        o, r = o_all[s:s + chunk], r_all[s:s + chunk]
+        out_inf, ref_inf = torch.isinf(o), torch.isinf(r)
+        bad = (out_inf != ref_inf) | (ref_inf & (o != r))
+        if bool(bad.any()):
+            idx = _unravel(s + int(bad.nonzero()[0]), shape)
+            return Comparison(False, f"Inf pattern differs from the reference (first at {idx})", worst_index=idx)
+    return None
+
+
+def _constant_output(o_all: torch.Tensor, r_all: torch.Tensor, dtype: torch.dtype, chunk: int) -> str:
     """Why ``out`` is a constant standing in for a varying reference ("" when it is not).
 
     The reference "varies" when its spread exceeds the dtype's elementwise rtol times its
     largest magnitude, so an honest constant approximation of a (nearly) constant reference
-    is never flagged. Both tensors are finite and of equal shape.
+    is never flagged. Both tensors are flat, finite and of equal length.
     """
-    if ref.numel() < 2:
+    n = r_all.numel()
+    if n < 2:
         return ""
-    first = out.flatten()[0]
-    if not bool((out == first).all()):
+    first = o_all[0]
+    if not all(bool((o_all[s:s + chunk] == first).all()) for s in _chunks(n, chunk)):
         return ""
-    r_min, r_max = (float(v) for v in torch.aminmax(ref.flatten().to(torch.float64)))
-    rtol = STRICT_TOLERANCES.get(ref.dtype, STRICT_TOLERANCES[torch.float32])[1]
+    lows, highs = zip(*(torch.aminmax(r_all[s:s + chunk]) for s in _chunks(n, chunk)), strict=True)
+    r_min, r_max = min(float(v) for v in lows), max(float(v) for v in highs)
+    rtol = STRICT_TOLERANCES.get(dtype, STRICT_TOLERANCES[torch.float32])[1]
     if r_max - r_min <= rtol * max(abs(r_min), abs(r_max)):
         return ""
     value = float(first)

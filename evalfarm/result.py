@@ -66,6 +66,9 @@ class Evidence:
     # What the judge found about the task itself, e.g. {"degenerate": "<why>"} when the
     # reference's output does not depend on its inputs (no speedup is paid on such a task).
     task_flags: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The device-memory plan (GPU only, evalfarm.judge.memory_plan): the task's footprint, what the
+    # evaluation needs and what the device had free.
+    memory: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -29,6 +29,7 @@ from typing import Any
 from evalfarm.client import FarmClient, SampleResult
 from evalfarm.client.channel import TlsConfig
 from evalfarm.result import ScoreResult
+from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class LocalDaemons:
     """`evalfarm serve` processes on loopback, owned by this object."""
 
     def __init__(self, count: int, *, device: str, slots: int, cache_dir: Path, log_dir: Path,
-                 start_timeout_s: float = 120.0) -> None:
+                 start_timeout_s: float = 120.0, kernelbench_root: str | None = None) -> None:
         from evalfarm.server.cli import wait_for_listening_port
 
         if count < 1:
@@ -105,6 +106,8 @@ class LocalDaemons:
                 cmd = [sys.executable, "-m", "evalfarm", "serve", "--port", "0", "--host", "127.0.0.1",
                        "--cache-dir", str(cache_dir), "--log-level", "WARNING", "--exit-with-parent"]
                 cmd += ["--gpus", "all"] if device == "cuda" else ["--device", "cpu", "--slots", str(slots)]
+                if kernelbench_root:  # resolve the learner's own task set, not the built-in suite
+                    cmd += ["--kernelbench-root", str(kernelbench_root)]
                 err = open(log_dir / f"daemon-{i}.log", "a")  # noqa: SIM115 - owned by the process
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
                                         start_new_session=True)
@@ -179,8 +182,14 @@ class _Pending:
 class Farm:
     """Submit candidates and wait for their results with deadlines. Not thread-safe."""
 
-    def __init__(self, settings: FarmSettings, workdir: Path) -> None:
+    def __init__(self, settings: FarmSettings, workdir: Path, *, task_suite: str = "builtin",
+                 task_hashes: dict[str, str] | None = None) -> None:
+        """``task_suite`` ("builtin" or a KernelBench checkout) is what local daemons resolve task
+        ids in; ``task_hashes`` (task id -> SHA-256 of its source) goes with every request, so a
+        daemon that resolves an id to other content rejects it instead of scoring against it."""
         self.settings = settings
+        self.task_hashes = dict(task_hashes or {})
+        self._mismatch_logged: set[str] = set()
         self.local: LocalDaemons | None = None
         endpoints = list(settings.endpoints)
         if not endpoints:
@@ -189,6 +198,7 @@ class Farm:
                 cache_dir=Path(settings.local_cache_dir) if settings.local_cache_dir else workdir / "farm-cache",
                 log_dir=workdir / "logs",
                 start_timeout_s=settings.start_timeout_s,
+                kernelbench_root=None if task_suite == "builtin" else task_suite,
             )
             endpoints = self.local.endpoints
         self.shares_cpu_with_learner = self.local is not None and self.local.device == "cpu"
@@ -224,7 +234,8 @@ class Farm:
 
     def _send(self, sample_id: str, pend: _Pending) -> None:
         self._wire_to_id[pend.wire_id] = sample_id
-        self.client.submit(pend.task_id, pend.code, pend.wire_id, options=self.settings.options,
+        task = pb.TaskRef(name=pend.task_id, sha256=self.task_hashes.get(pend.task_id, ""))
+        self.client.submit(task, pend.code, pend.wire_id, options=self.settings.options,
                            tags=pend.tags, deadline_s=self.settings.sample_deadline_s)
 
     # -- results ---------------------------------------------------------------------------
@@ -266,6 +277,13 @@ class Farm:
             self.stats["late_dropped"] += 1
             return
         r: ScoreResult = res.result
+        if res.error_code in ("FAILED_PRECONDITION", "INVALID_ARGUMENT"):
+            # The request itself is refused (a task the farm resolves to other content, or does not
+            # know): resubmitting cannot help, and the run should hear it loudly, once per task.
+            if pend.task_id not in self._mismatch_logged:
+                self._mismatch_logged.add(pend.task_id)
+                log.error("the farm refused task %s: %s", pend.task_id, r.detail.splitlines()[:1])
+            pend.attempts = self.settings.max_resubmits + 1
         if r.verdict is Verdict.INFRA_ERROR and pend.attempts <= self.settings.max_resubmits:
             log.warning("INFRA_ERROR for %s (%s); resubmitting", sid, r.detail.splitlines()[:1])
             pend.attempts += 1

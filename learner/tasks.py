@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -32,6 +33,11 @@ class TaskInfo:
     task_id: str  # what the farm resolves: "L1/1" (built-in) or the KernelBench id
     name: str
     source: str  # the reference code shown in prompts
+
+    @property
+    def sha256(self) -> str:
+        """The task's identity on the wire: the SHA-256 of its source (evalfarm Task.sha256)."""
+        return hashlib.sha256(self.source.encode()).hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -696,7 +696,8 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
     writer = MetricsWriter(workdir)
     settings = FarmSettings.from_config(cfg.farm)
     return Run(cfg=cfg, workdir=workdir, policy=policy, tasks=tasks, db=db, writer=writer,
-               farm_factory=lambda: Farm(settings, workdir))
+               farm_factory=lambda: Farm(settings, workdir, task_suite=str(cfg.tasks.suite),
+                                         task_hashes={t.task_id: t.sha256 for t in tasks}))
 
 
 def train(cfg: Any) -> dict[str, Path]:

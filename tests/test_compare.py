@@ -102,3 +102,67 @@ def test_integer_outputs_are_exact():
     o[7] += 1
     c = compare_outputs(o, r)
     assert not c.ok and c.worst_index == [7]
+
+
+@pytest.mark.parametrize("policy", ["strict", "kernelbench"])
+def test_chunked_comparison_matches_the_whole_tensor_one(policy):
+    """Small chunks (many of them) give the same verdict, reason and errors as one chunk."""
+    from evalfarm.compare import compare_tensor
+
+    r = torch.randn(37, 53)
+    cases = {
+        "noise": r + 1e-7 * torch.randn_like(r),
+        "one bad element": r.clone().index_put_((torch.tensor([30]), torch.tensor([7])), torch.tensor(9.0)),
+        "half": r.half().float(),
+        "zeros": torch.zeros_like(r),
+        "two equal worst": r.clone().index_put_((torch.tensor([2, 20]), torch.tensor([3, 3])), torch.tensor(5.0)),
+    }
+    r_nan = r.clone()
+    r_nan[1, 1], r_nan[20, 5] = float("nan"), float("inf")
+    for name, o in cases.items():
+        whole = compare_tensor(o, r, policy, chunk_elements=r.numel())
+        chunked = compare_tensor(o, r, policy, chunk_elements=7)
+        assert (whole.ok, whole.reason, whole.worst_index) == (chunked.ok, chunked.reason, chunked.worst_index), name
+        assert chunked.rel_l2_error == pytest.approx(whole.rel_l2_error, rel=1e-9), name
+        o_nan = o.clone()
+        o_nan[1, 1], o_nan[20, 5] = float("nan"), float("inf")
+        w, c = (compare_tensor(o_nan, r_nan, policy, chunk_elements=k) for k in (r.numel(), 5))
+        assert (w.ok, w.reason, w.worst_index) == (c.ok, c.reason, c.worst_index), name
+
+
+def test_nan_and_inf_places_found_across_chunks():
+    from evalfarm.compare import compare_tensor
+
+    r = torch.randn(100)
+    r[90] = float("nan")
+    o = r.clone()
+    o[90], o[95] = 1.0, float("nan")
+    c = compare_tensor(o, r, chunk_elements=8)
+    assert not c.ok and c.worst_index == [90] and "NaN pattern" in c.reason
+
+
+def test_comparison_allocates_no_whole_output_float64_copy():
+    """No tensor the comparison creates is larger than a chunk's worth (views of the inputs aside)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from evalfarm.compare import compare_tensor
+
+    class LargestNewTensor(TorchDispatchMode):
+        def __init__(self, known: list[torch.Tensor]) -> None:
+            super().__init__()
+            self.known = {t.untyped_storage().data_ptr() for t in known}
+            self.largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            result = func(*args, **(kwargs or {}))
+            for t in result if isinstance(result, tuple | list) else [result]:
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in self.known:
+                    self.largest = max(self.largest, t.untyped_storage().nbytes())
+            return result
+
+    r = torch.randn(1 << 20)  # 4 MiB of float32
+    for o in (r + 1e-7 * torch.randn_like(r), torch.zeros_like(r), r.clone().index_fill_(0, torch.tensor([5]), 3.0)):
+        for chunk, bound in ((1 << 14, 1 << 18), (1 << 20, 4 << 20)):
+            with LargestNewTensor([o, r]) as mode:
+                compare_tensor(o, r, chunk_elements=chunk)
+            assert 0 < mode.largest <= bound, (chunk, mode.largest)

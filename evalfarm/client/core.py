@@ -65,6 +65,10 @@ RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, g
                        grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED})
 
 
+# INFRA_ERROR details that a retry would only repeat.
+FINAL_INFRA_PREFIXES = ("deadline exceeded", "task_too_large")
+
+
 @dataclasses.dataclass
 class SampleResult:
     """The one final result for a sample id."""
@@ -641,8 +645,10 @@ class AsyncFarmClient:
             if res.result.verdict is Verdict.INFRA_ERROR:
                 self.stats["infra_errors"] += 1
                 log.info("event=infra_error endpoint=%s detail=%r", ep.target, res.result.detail)
-                # A deadline that passed on the daemon is final; other farm faults are retried.
-                if job.attempts < self.max_attempts and not res.result.detail.startswith("deadline exceeded"):
+                # A deadline that passed on the daemon is final, and so is a task too large for the
+                # device (evalfarm.judge.memory_plan): the same answer would come back. Other farm
+                # faults are retried.
+                if job.attempts < self.max_attempts and not res.result.detail.startswith(FINAL_INFRA_PREFIXES):
                     self._requeue(job, res.result.detail)
                     return
             self._completed_job(job, res)

@@ -45,6 +45,7 @@ from evalfarm.devices import DramPeak, dram_peak
 from evalfarm.judge import wire
 from evalfarm.judge.arena import Arena, aligned, shm_dir
 from evalfarm.judge.inputs import InputSource
+from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
 from evalfarm.judge.state import set_clean_state
 from evalfarm.judge.worker import CANDIDATE, REFERENCE, data_span, overlaps, storage_span
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
@@ -336,10 +337,12 @@ class Judge:
         torch.set_grad_enabled(False)
         profile = self.task.resolve_profile(cfg.size_profile, self.device.type)
         self.evidence.size_profile = profile
+        self.memory = MemoryGate(self.device)
         try:
             task_mod = instantiate_task(self.task, profile)
             self.source = InputSource(task_mod, str(self.device))
             init_inputs = self.source.init_inputs()
+            self.memory.before_setup(task_mod, init_inputs)  # TaskTooLarge before anything large exists
             weight_seed = self.source.weight_seed()
             torch.manual_seed(weight_seed)
             ref_model = task_mod.Model(*init_inputs).to(self.device)
@@ -348,12 +351,19 @@ class Judge:
             ref_out, t_ref = self._ref_call(ref_model, sample)
             held = ref_out
             other = self.source.inputs(-2)
-            ref_out, t_ref = self._ref_call(ref_model, sample_copy)  # second call: warm
+            ref_out, t_ref = self.memory.measured_call(
+                lambda m=ref_model, s=sample_copy: self._ref_call(m, s))  # second call: warm
             facts = reference_alias_facts(held, ref_out, sample_copy)
             self.degenerate = degenerate_reason(
                 lambda inputs, m=ref_model: m(*inputs), [sample_copy, other, self.source.inputs(-3)])
         except Verdicted:
             raise
+        except TaskTooLarge as err:
+            self.evidence.memory = self.memory.evidence()
+            raise Verdicted(Verdict.INFRA_ERROR, str(err)) from None
+        except torch.cuda.OutOfMemoryError as err:
+            raise Verdicted(Verdict.INFRA_ERROR, out_of_memory_reason(
+                err, self.device, self.memory.footprint, "while the judge ran the reference")) from None
         except Exception:  # noqa: BLE001 - the task itself is broken: not the candidate's fault
             raise Verdicted(Verdict.INFRA_ERROR, "the task failed to run:\n" + traceback.format_exc()[-4000:]) from None
         _check_ref_output(ref_out)
@@ -366,16 +376,26 @@ class Judge:
         self.tuple_out = isinstance(ref_out, tuple | list)
         self.out_struct = [(tuple(o.shape), o.dtype) for o in flatten_output(ref_out)]
         del ref_model, held, ref_out, sample, sample_copy, other
+        self.memory.release()
         in_bytes = _tensors_bytes(self.source.inputs(-1))
         out_bytes = sum(aligned(math.prod(s) * d.itemsize) for s, d in self.out_struct)
         budget = ARENA_BUDGET_BYTES["cuda" if self.device.type == "cuda" else "cpu"]
         per_round = 2 * (in_bytes + out_bytes)
         self.rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
         where = shm_dir(tmp)
-        self.arenas = {
-            (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device), where)
-            for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))
-        }
+        try:
+            self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
+            self.arenas = {
+                (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device), where)
+                for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))
+            }
+        except TaskTooLarge as err:
+            raise Verdicted(Verdict.INFRA_ERROR, str(err)) from None
+        except torch.cuda.OutOfMemoryError as err:
+            raise Verdicted(Verdict.INFRA_ERROR, out_of_memory_reason(
+                err, self.device, self.memory.footprint, "while the judge allocated the input/output arenas")) from None
+        finally:
+            self.evidence.memory = self.memory.evidence()
         arenas.extend(self.arenas.values())
         flush_bytes = 0
         self.floor_output_bytes = sum(math.prod(s) * d.itemsize for s, d in self.out_struct)

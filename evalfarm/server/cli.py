@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evalfarm.build.cache import DEFAULT_CACHE_DIR
 from evalfarm.logformat import FORMATS, setup_logging
 from evalfarm.server.config import (
     DEFAULT_MAX_SOURCE_BYTES,
@@ -54,7 +55,7 @@ def wait_for_listening_port(proc: subprocess.Popen[str], timeout: float) -> int 
 DEFAULTS: dict[str, Any] = {
     "port": 50051, "host": "127.0.0.1", "gpus": None, "device": None, "slots": 1, "queue_limit": 64,
     "auth_token_file": None, "tls_cert": None, "tls_key": None, "tls_client_ca": None,
-    "metrics_port": None, "health_port": None, "kernelbench_root": None, "cache_dir": ".evalfarm-cache", "build_workers": 2,
+    "metrics_port": None, "health_port": None, "kernelbench_root": None, "cache_dir": str(DEFAULT_CACHE_DIR), "build_workers": 2,
     "max_source_bytes": DEFAULT_MAX_SOURCE_BYTES, "drain_timeout": 60.0, "max_eval_seconds": 1800.0,
     "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False, "fault_threshold": 3,
     "probe_interval": 60.0,
@@ -80,7 +81,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                    help="also serve the gRPC health service alone, in plaintext, on this port "
                         "(for kubelet gRPC probes when the main port uses TLS)")
     p.add_argument("--kernelbench-root", help="resolve KernelBench task ids")
-    p.add_argument("--cache-dir", help="result + compile cache; default .evalfarm-cache")
+    p.add_argument("--cache-dir", help="cache root shared with `evalfarm score`: <dir>/build (compiled "
+                   "extensions), <dir>/results.sqlite (results); default ~/.cache/evalfarm "
+                   "($EVALFARM_CACHE_DIR sets it)")
     p.add_argument("--build-workers", type=int, help="compile pool size; default 2")
     p.add_argument("--max-source-bytes", type=int)
     p.add_argument("--drain-timeout", type=float, help="seconds to finish work on SIGTERM; default 60")

@@ -32,7 +32,7 @@ from evalfarm.server.slot_health import (
     probe_candidate,
 )
 from evalfarm.server.slots import Draining, NoSlots, QueueFull, SlotPool
-from evalfarm.server.validate import InvalidRequest, Prepared, TaskResolver, prepare
+from evalfarm.server.validate import InvalidRequest, Prepared, TaskMismatch, TaskResolver, prepare
 from evalfarm.tasks import Candidate, Task
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
@@ -205,6 +205,9 @@ class FarmService(pb_grpc.EvalFarmServicer):
                     prepare, req, self._resolver, self.config.max_source_bytes, stream
                 )
             return prepare(req, self._resolver, self.config.max_source_bytes, stream)
+        except TaskMismatch as err:
+            self.metrics.rejected.labels("invalid").inc()
+            raise RequestRejected(grpc.StatusCode.FAILED_PRECONDITION, str(err)) from None
         except InvalidRequest as err:
             self.metrics.rejected.labels("invalid").inc()
             raise RequestRejected(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None

@@ -27,6 +27,10 @@ class InvalidRequest(ValueError):
     """The request is malformed; the message says what is wrong (-> INVALID_ARGUMENT)."""
 
 
+class TaskMismatch(InvalidRequest):
+    """The task's name resolves here to content other than the client's (-> FAILED_PRECONDITION)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Prepared:
     task: Task
@@ -61,6 +65,7 @@ class TaskResolver:
 
     def __init__(self, kernelbench_root: Path | None) -> None:
         self._root = kernelbench_root
+        self.label = "built-in suite" if kernelbench_root is None else f"KernelBench suite at {kernelbench_root}"
         self._cache: dict[str, Task] = {}
 
     def resolve(self, name: str) -> Task:
@@ -78,6 +83,23 @@ class TaskResolver:
         if len(self._cache) < 10_000:
             self._cache[name] = task
         return task
+
+
+def check_task_identity(ref: pb.TaskRef, task: Task, suite_label: str) -> None:
+    """Raise TaskMismatch when the request carries a content hash that ``task`` does not have."""
+    want = ref.sha256.strip().lower()
+    if not want:
+        return
+    if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
+        raise InvalidRequest("task.sha256 must be 64 lowercase hex digits (the SHA-256 of the task's UTF-8 source)")
+    if want == task.sha256:
+        return
+    if ref.WhichOneof("kind") == "source":
+        raise InvalidRequest(f"task.sha256 {want[:12]}... does not match the task.source sent ({task.sha256[:12]}...)")
+    raise TaskMismatch(
+        f"task {ref.name!r} is {want[:12]}... on the client but {task.sha256[:12]}... in this daemon's {suite_label} "
+        f"({task.path or task.name}): the two suites differ; start the daemon with the client's suite "
+        "(--kernelbench-root) or send the task's source")
 
 
 def prepare(
@@ -115,6 +137,7 @@ def prepare(
         else:
             tsrc = decode_source(req.task.source.source, "task.source.source", max_source_bytes)
             task = parse_task(tsrc, req.task.source.name or "task")
+        check_task_identity(req.task, task, resolver.label)
         # A candidate that does not parse or lacks ModelNew is scored (COMPILE_ERROR /
         # LOAD_ERROR verdicts), not rejected: for a learner it is a failed sample, not a
         # request to retry elsewhere.

@@ -31,12 +31,14 @@ VERDICT_HACK_DETECTED: Verdict
 VERDICT_INFRA_ERROR: Verdict
 
 class TaskRef(_message.Message):
-    __slots__ = ("name", "source")
+    __slots__ = ("name", "source", "sha256")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
     name: str
     source: TaskSource
-    def __init__(self, name: _Optional[str] = ..., source: _Optional[_Union[TaskSource, _Mapping]] = ...) -> None: ...
+    sha256: str
+    def __init__(self, name: _Optional[str] = ..., source: _Optional[_Union[TaskSource, _Mapping]] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class TaskSource(_message.Message):
     __slots__ = ("source", "name")

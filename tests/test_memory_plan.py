@@ -1,0 +1,86 @@
+"""The device-memory plan: a task's footprint from shapes alone, and a clear reason when it cannot fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalfarm.judge.memory_plan import GB, Footprint, MemoryGate, meta_footprint, plan
+from evalfarm.tasks.format import instantiate_task
+from evalfarm.tasks.suite import kernelbench_suite
+
+KB = Path(__file__).parent / "data" / "kernelbench_mini"
+
+
+def _footprint(task_id: str) -> Footprint:
+    task = kernelbench_suite(KB).load(task_id)
+    module = instantiate_task(task, "default")
+    fp = meta_footprint(module, list(module.get_init_inputs()))
+    assert fp is not None
+    return fp
+
+
+def test_full_size_task_is_planned_from_shapes_without_allocating_it():
+    fp = _footprint("L1/2")  # 4096 x 393216 float32 in and out: 6.4 GB each, never allocated here
+    assert fp.input_bytes == fp.output_bytes == 4096 * 393216 * 4
+    assert fp.weight_bytes == 0 and not fp.measured
+
+
+def test_weights_are_counted():
+    fp = _footprint("L2/1")
+    assert fp.weight_bytes == (32 * 16 + 16) * 4
+    assert (fp.input_bytes, fp.output_bytes) == (8 * 32 * 4, 8 * 16 * 4)
+
+
+def test_plan_says_how_much_is_needed_and_free():
+    fp = _footprint("L1/2")
+    h100 = plan(fp, free_bytes=int(79.1 * GB), total_bytes=int(79.6 * GB))
+    assert h100.fits, h100.reason()
+    # The same task on a device with 40 GB free: a reason with both numbers, no traceback.
+    small = plan(fp, free_bytes=40 * 10**9, total_bytes=80 * 10**9)
+    assert not small.fits and small.need_bytes > 40 * 10**9
+    text = small.reason()
+    assert text.startswith("task_too_large: the task needs ~")
+    assert f"~{small.need_bytes / GB:.1f} GB" in text and "the device has 40.0 GB free (of 80.0 GB)" in text
+    assert "inputs 6.44 GB, outputs 6.44 GB" in text
+
+
+def test_more_rounds_per_batch_need_more():
+    fp = _footprint("L1/1")
+    one, many = (plan(fp, 1 << 40, 1 << 40, rounds_per_batch=k).run_bytes for k in (1, 32))
+    assert many - one >= 31 * (3 * fp.input_bytes + 2 * fp.output_bytes)
+
+
+def test_tasks_that_cannot_run_on_meta_get_no_estimate():
+    import types
+
+    mod = types.ModuleType("t")
+    exec(  # noqa: S102
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x[: int(x.sum().item())]\n"
+        "def get_inputs():\n    return [torch.ones(4)]\ndef get_init_inputs():\n    return []\n", mod.__dict__)
+    assert meta_footprint(mod, []) is None
+
+
+def test_the_gate_is_a_no_op_off_cuda():
+    import torch
+
+    gate = MemoryGate(torch.device("cpu"))
+    task = kernelbench_suite(KB).load("L1/2")
+    gate.before_setup(instantiate_task(task, "default"), [])  # would not fit most hosts: not checked on CPU
+    assert gate.measured_call(lambda: 7) == 7 and gate.evidence() == {}
+
+
+@pytest.mark.gpu
+def test_gate_on_gpu_measures_the_reference_call():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    gate = MemoryGate(torch.device("cuda:0"))
+    task = kernelbench_suite(KB).load("L1/1")
+    module = instantiate_task(task, "default")
+    gate.before_setup(module, [0.5])
+    x = torch.randn(1024, 1024, device="cuda")
+    gate.measured_call(lambda: torch.tanh(x) * 0.5)
+    assert gate.footprint is not None and gate.footprint.measured and gate.footprint.call_peak_bytes >= 4 << 20
