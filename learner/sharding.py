@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -154,15 +155,21 @@ def shard_batch(batch: Any, mesh: Mesh | None) -> Any:
     def one(x: Any) -> jax.Array:
         x = np.asarray(x)
         spec = fit_spec(P(BATCH_AXES), x.shape[:1], mesh) if x.ndim else P()
-        if x.ndim and spec == P(None):
-            log.warning("batch dim %d is not a multiple of the %d batch shards; replicated",
-                        x.shape[0], batch_size_multiple(mesh))
+        if x.ndim and spec == P(None) and mesh.size > 1:
+            _warn_replicated(int(x.shape[0]), batch_size_multiple(mesh))
         sharding = NamedSharding(mesh, spec)
         if jax.process_count() > 1:
             return jax.make_array_from_process_local_data(sharding, x)
         return jax.device_put(x, sharding)
 
     return jax.tree.map(one, batch)
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_replicated(rows: int, shards: int) -> None:
+    log.warning("a batch of %d rows is not a multiple of the %d batch shards: replicated "
+                "(correct, not parallel); use batch sizes that are multiples of %d",
+                rows, shards, shards)
 
 
 # ----------------------------------------------------------------------------- activations
