@@ -42,7 +42,7 @@ from learner import scale
 from learner.checkpoint import Checkpointer
 from learner.distributed import distributed_config, maybe_initialize_distributed
 from learner.exemplars import ExemplarDB, SampleRecord, code_sha256
-from learner.farm import Farm, FarmOutcome, FarmSettings
+from learner.farm import Farm, FarmOutcome, FarmSettings, Outcome
 from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss
 from learner.losses import lm_loss_sum_count
 from learner.metrics import MetricsWriter
@@ -259,13 +259,11 @@ def _advance(state: TrainState, k: int) -> TrainState:
 
 def _score_rollouts(run: Run, rollouts: Sequence[Rollout], stage: str) -> list[str]:
     """Submit the parsed ones; returns their sample ids."""
-    ids = []
-    for r in rollouts:
-        if r.code:
-            run.farm.submit(r.sample_id, r.task_id, r.code,
-                            tags={"task": r.task_id, "stage": stage, "policy_version": str(r.policy_version)})
-            ids.append(r.sample_id)
-    return ids
+    items = [(r.sample_id, r.task_id, r.code,
+              {"task": r.task_id, "stage": stage, "policy_version": str(r.policy_version)})
+             for r in rollouts if r.code]
+    run.farm.check_step_size(len(rollouts))
+    return run.farm.submit_many(items, seed=rollouts[0].sample_id if rollouts else 0)
 
 
 def _outcomes(run: Run, rollouts: Sequence[Rollout], ids: Sequence[str]) -> tuple[dict[str, FarmOutcome], float]:
@@ -275,7 +273,7 @@ def _outcomes(run: Run, rollouts: Sequence[Rollout], ids: Sequence[str]) -> tupl
     waited = time.perf_counter() - t0
     for r in rollouts:
         if not r.code:
-            got[r.sample_id] = FarmOutcome(r.sample_id, "PARSE_FAILURE", detail=r.parse_failure)
+            got[r.sample_id] = FarmOutcome(r.sample_id, Outcome.PARSE_FAILURE, detail=r.parse_failure)
     return got, waited
 
 
@@ -300,15 +298,15 @@ def outcome_metrics(outcomes: Sequence[FarmOutcome]) -> dict[str, float]:
     m: dict[str, float] = {f"verdict/{v}": c for v, c in verdicts.items()}
     m["samples"] = n
     m["success_rate"] = len(speedups) / n if n else 0.0
-    m["hacks"] = verdicts.get("HACK_DETECTED", 0)
-    lat = [o.latency_s for o in outcomes if o.verdict != "PARSE_FAILURE"]
+    m["hacks"] = verdicts.get(Outcome.HACK_DETECTED, 0)
+    lat = [o.latency_s for o in outcomes if o.verdict is not Outcome.PARSE_FAILURE]
     if lat:
         m["farm_latency_s"] = float(np.mean(lat))
     if speedups:
         m.update(speedup_mean=float(np.mean(speedups)), speedup_median=float(np.median(speedups)),
                  speedup_max=float(np.max(speedups)))
     for o in outcomes:
-        if o.verdict == "PARSE_FAILURE":
+        if o.verdict is Outcome.PARSE_FAILURE:
             m[f"parse_failure/{o.detail}"] = m.get(f"parse_failure/{o.detail}", 0) + 1
     return m
 
