@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx, struct
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from learner.microbatch import split_micro_batches
 from learner.model import Transformer
@@ -118,11 +119,14 @@ def create_train_state(
         opt_state = jax.jit(tx.init, out_shardings=tree_shardings(abstract, mesh, rules))(params)
     else:
         opt_state = jax.jit(tx.init)(params)
+    step, rng = jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed)
+    if mesh is not None:  # replicated on the mesh, as the step returns them: no second compile
+        step, rng = jax.device_put((step, rng), NamedSharding(mesh, P()))
     return TrainState(
-        step=jnp.zeros((), jnp.int32),
+        step=step,
         params=params,
         opt_state=opt_state,
-        rng=jax.random.PRNGKey(seed),
+        rng=rng,
         graphdef=graphdef,
         tx=tx,
         mesh=mesh,
