@@ -35,6 +35,8 @@ from flax import nnx
 from learner.model import Transformer
 from learner.sharding import (
     activation_mesh,
+    global_max,
+    host_local_rows,
     shard_batch,
     tree_shardings,
 )
@@ -301,14 +303,17 @@ class Sampler:
         group: int = 1,
     ) -> SampleResult:
         """Completions for `prompts`. `group` > 1: consecutive runs of `group` equal prompts
-        share one prefill (falls back to one prefill per row when they are not equal)."""
+        share one prefill (falls back to one prefill per row when they are not equal).
+
+        In a multi-process run every process passes its own rows (the same number in each) and
+        gets their completions back; the prompt bucket is agreed over all processes."""
         if not prompts or any(len(pr) == 0 for pr in prompts):
             raise SamplerError("every prompt needs at least one token")
         if group > 1 and not _grouped(prompts, group):
             group = 1
         distinct = list(prompts[::group])
         lens = np.array([len(pr) for pr in distinct], np.int32)
-        p, t = self.shapes_for(int(lens.max()), cfg.max_new_tokens)
+        p, t = self.shapes_for(global_max(int(lens.max())), cfg.max_new_tokens)
         batch = np.full((len(distinct), p), self.pad_id, np.int32)
         for row, pr in enumerate(distinct):
             batch[row, p - len(pr):] = pr
@@ -332,7 +337,8 @@ class Sampler:
             mesh=self.mesh,
             group=group,
         )
-        return self._finish(np.asarray(toks), np.asarray(lps), np.asarray(done), cfg)
+        toks, lps, done = (host_local_rows(x, self.mesh) for x in (toks, lps, done))
+        return self._finish(toks, lps, done, cfg)
 
     def _finish(
         self, toks: np.ndarray, lps: np.ndarray, done: np.ndarray, cfg: SamplingConfig

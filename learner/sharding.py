@@ -147,7 +147,8 @@ def shard_batch(batch: Any, mesh: Mesh | None) -> Any:
     Single process: `jax.device_put`. Multi-process: every process passes the rows it owns
     (its slice of the global batch, in process order) and the global array is assembled with
     `jax.make_array_from_process_local_data`. A leading dim that the batch axes do not divide
-    is replicated (correct, just not parallel), with a warning.
+    is replicated (correct, just not parallel), with a warning; across processes that is an
+    error (MeshConfigError), since each process holds different rows.
     """
     if mesh is None:
         return jax.tree.map(jax.numpy.asarray, batch)
@@ -159,10 +160,35 @@ def shard_batch(batch: Any, mesh: Mesh | None) -> Any:
             _warn_replicated(int(x.shape[0]), batch_size_multiple(mesh))
         sharding = NamedSharding(mesh, spec)
         if jax.process_count() > 1:
+            if x.ndim and spec == P(None):
+                raise MeshConfigError(
+                    f"{x.shape[0]} rows per process do not split over this process's share of the "
+                    f"{batch_size_multiple(mesh)} batch shards; use a multiple of "
+                    f"{batch_size_multiple(mesh) // jax.process_count()} rows per process")
             return jax.make_array_from_process_local_data(sharding, x)
         return jax.device_put(x, sharding)
 
     return jax.tree.map(one, batch)
+
+
+def host_local_rows(x: jax.Array, mesh: Mesh | None) -> np.ndarray:
+    """The rows of a row-sharded global array that this process placed (all of them, when single
+    process): the inverse of `shard_batch` for results such as generated tokens."""
+    if mesh is None or jax.process_count() == 1:
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    local = multihost_utils.global_array_to_host_local_array(x, mesh, P(BATCH_AXES))
+    return np.asarray(local)
+
+
+def global_max(value: int) -> int:
+    """max of an int over all processes (itself when single process): agreeing on shapes."""
+    if jax.process_count() == 1:
+        return int(value)
+    from jax.experimental import multihost_utils
+
+    return int(np.max(multihost_utils.process_allgather(np.asarray(value, np.int64))))
 
 
 @functools.lru_cache(maxsize=64)
