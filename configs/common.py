@@ -35,6 +35,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.compute_dtype = "float32"
     c.model.attention_impl = "auto"
     c.model.remat = False
+    c.model.chat_template = "auto"  # "auto": prompt Instruct checkpoints through their chat template; "off"
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1

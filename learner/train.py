@@ -138,7 +138,8 @@ class Run:
         return self.policy.tokenizer
 
     def encode_prompt(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_bos=True)
+        """Through the checkpoint's chat template when it has one (model.chat_template="auto")."""
+        return self.tokenizer.encode_prompt(text, chat=str(self.cfg.model.get("chat_template", "auto")) != "off")
 
     def encode_completion(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_ids[0]]
