@@ -408,7 +408,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args = build_parser().parse_args(argv)
+    return run_and_print(build_parser().parse_args(argv))
+
+
+def run_and_print(args: argparse.Namespace) -> int:
+    """Run what the arguments ask for (a suite, or the train/decode tables) and print the table."""
     if args.suite:
         res = run_suite(args.suite, args.out_dir)
         print(suite_table(res), flush=True)
