@@ -8,7 +8,7 @@
 
 The HF directory must be a local (or fuse-mounted) path. The mesh puts all chips on the fsdp
 axis (rows of every batch are split over them, weights gathered per layer); on a v5p-8 (4 chips,
-95 GB each) the 7B memory plan is ~68 GB per chip (`python -m learner.memory_plan --model
+95 GB each) the 7B memory plan is ~76 GB per chip (`python -m learner.memory_plan --model
 qwen2.5-7b --hardware v5p --devices 4 --config configs/tpu_pod.py`). The learner never touches
 a GPU itself.
 What to expect: the same stages and report as configs/gpu_cluster.py; step time is bound by the
