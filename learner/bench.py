@@ -33,18 +33,18 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner.config import ModelConfig
-from learner.losses import lm_loss_sum_count
-from learner.microbatch import micro_batch_count
-from learner.model import Transformer, init_cache
-from learner.sampler import decode_loop
-from learner.sharding import (
+from learner.lm.config import ModelConfig
+from learner.lm.model import Transformer, init_cache
+from learner.lm.sampler import decode_loop
+from learner.lm.sharding import (
     MeshConfig,
     batch_sharding,
     batch_size_multiple,
     create_sharded_model,
     make_mesh,
 )
+from learner.losses import lm_loss_sum_count
+from learner.microbatch import micro_batch_count
 from learner.train_step import OptimizerConfig, create_train_state, make_optimizer, train_step
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ def bench_train(
 
 
 def model_attention_impl(cfg: ModelConfig) -> str:
-    from learner.attention import resolve_attention_impl
+    from learner.lm.attention import resolve_attention_impl
 
     return resolve_attention_impl(cfg.attention_impl, cfg.jnp_compute_dtype, cfg.head_dim)
 

@@ -18,12 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner.config import ModelConfig
 from learner.grpo import GRPOConfig, make_grpo_loss
-from learner.model import Transformer
-from learner.sampler import Sampler, SamplingConfig
+from learner.lm.config import ModelConfig
+from learner.lm.model import Transformer
+from learner.lm.sampler import Sampler, SamplingConfig
+from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
 from learner.scale import batch_reference_logprobs, micro_batches_for, reference_copy, step
-from learner.sharding import MeshConfig, create_sharded_model, make_mesh
 from learner.train_step import OptimizerConfig, create_train_state, make_optimizer
 
 

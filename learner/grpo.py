@@ -44,10 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from learner.lm.model import Transformer
+from learner.lm.sharding import activation_mesh
 from learner.losses import token_logprobs
 from learner.microbatch import merge_micro_batches, split_micro_batches
-from learner.model import Transformer
-from learner.sharding import activation_mesh
 from learner.train_step import TrainState
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -165,7 +165,7 @@ def reference_logprobs(
     Aligned like `token_logprobs` (out[:, 0] = 0) and zero where `loss_mask` is 0 (when given).
     Used for a frozen reference policy and, through `policy_logprobs`, for old_logprobs.
     `micro_batches` > 1 runs the forward over that many row slices in turn (less activation
-    memory, same result); `mesh` pins activations to it (`learner.sharding.constrain`).
+    memory, same result); `mesh` pins activations to it (`learner.lm.sharding.constrain`).
     """
     model = nnx.merge(graphdef, jax.lax.stop_gradient(ref_params))
     with activation_mesh(mesh):

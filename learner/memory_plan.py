@@ -12,7 +12,7 @@ Each line is bytes per device, with the knob that shrinks it:
 * reference policy (GRPO KL term): a copy of the weights in `rl.reference_dtype`, sharded like the
   params (none when `rl.grpo.kl_coef` = 0);
 * rollout copy: weight matrices in the compute dtype, replicated over the batch axes and split
-  over "tensor" (`learner.sampler.ROLLOUT_RULES`);
+  over "tensor" (`learner.lm.sampler.ROLLOUT_RULES`);
 * KV cache: `sampling.batch_size` rows split over the batch axes, cache length
   bucket(max_seq_len), k and v for every layer, kv heads split over "tensor";
 * activations of one micro-batch (`train.micro_batch_tokens` tokens over the batch axes): with
@@ -33,7 +33,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from learner.config import ModelConfig
+from learner.lm.config import ModelConfig
 
 GB = 1e9
 
@@ -92,7 +92,7 @@ class PlanInputs:
 
     @classmethod
     def from_config(cls, cfg: Any, devices: int) -> PlanInputs:
-        from learner.sharding import MeshConfig
+        from learner.lm.sharding import MeshConfig
 
         data, fsdp, tensor = MeshConfig(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor).resolve(devices)
         kl = float(cfg.rl.grpo.kl_coef) > 0 and "rl" in str(cfg.stages)
@@ -172,7 +172,7 @@ def _nbytes(dtype: str) -> int:
 
 
 def _cache_len(max_seq_len: int) -> int:
-    from learner.sampler import bucket_length
+    from learner.lm.sampler import bucket_length
 
     return bucket_length(max_seq_len, None, 16)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from learner.sharding import constrain
+from learner.lm.sharding import constrain
 
 
 class MicroBatchError(ValueError):

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from learner.lm.sampler import Sampler, SamplingConfig
+from learner.lm.tokenizer import Tokenizer
 from learner.prompts import ParseFailure, parse_response
-from learner.sampler import Sampler, SamplingConfig
-from learner.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass

@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from learner.config import ModelConfig
 from learner.grpo import reference_logprobs
+from learner.lm.config import ModelConfig
+from learner.lm.sharding import batch_size_multiple, shard_batch
 from learner.memory_plan import (
     HARDWARE_BYTES,
     MemoryPlan,
@@ -25,7 +26,6 @@ from learner.memory_plan import (
     plan_memory,
 )
 from learner.microbatch import micro_batch_count
-from learner.sharding import batch_size_multiple, shard_batch
 from learner.train_step import LossFn, TrainState, train_step
 
 log = logging.getLogger(__name__)

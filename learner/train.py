@@ -44,13 +44,13 @@ from learner.distributed import distributed_config, maybe_initialize_distributed
 from learner.exemplars import ExemplarDB, SampleRecord, code_sha256
 from learner.farm import Farm, FarmOutcome, FarmSettings, Outcome
 from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss
+from learner.lm.sampler import Sampler, SamplingConfig
 from learner.losses import lm_loss_sum_count
 from learner.metrics import MetricsWriter
 from learner.policy import Policy, build_policy
 from learner.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.report import SpeedupSummary, format_table, summarize, write_report
 from learner.rollout import Rollout, generate_rollouts, grpo_batch, length_bucket, lm_batch
-from learner.sampler import Sampler, SamplingConfig
 from learner.tasks import (
     SFTPair,
     SFTTarget,

@@ -28,9 +28,9 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from learner.lm.model import Transformer
+from learner.lm.sharding import DEFAULT_RULES, PartitionRules, activation_mesh, tree_shardings
 from learner.microbatch import split_micro_batches
-from learner.model import Transformer
-from learner.sharding import DEFAULT_RULES, PartitionRules, activation_mesh, tree_shardings
 
 LossOutput = tuple[jax.Array, jax.Array] | tuple[jax.Array, jax.Array, dict[str, jax.Array]]
 LossFn = Callable[[Transformer, dict[str, Any]], LossOutput]

@@ -26,8 +26,8 @@ def main() -> None:
     from jax.experimental import multihost_utils
     from scaling_worker import LOSS, _mesh, _state  # noqa: PLC0415 - after distributed init
 
-    from learner.sampler import Sampler, SamplingConfig
-    from learner.sharding import shard_batch
+    from learner.lm.sampler import Sampler, SamplingConfig
+    from learner.lm.sharding import shard_batch
     from learner.train_step import train_step
 
     assert jax.process_count() == 2 and jax.device_count() == 8 and jax.local_device_count() == 4

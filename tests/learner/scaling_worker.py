@@ -23,10 +23,10 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from learner.bench import tiny_config  # noqa: E402
+from learner.lm.model import Transformer  # noqa: E402
+from learner.lm.sampler import Sampler, SamplingConfig, _generate  # noqa: E402
+from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh, shard_batch  # noqa: E402
 from learner.losses import lm_loss_sum_count  # noqa: E402
-from learner.model import Transformer  # noqa: E402
-from learner.sampler import Sampler, SamplingConfig, _generate  # noqa: E402
-from learner.sharding import MeshConfig, create_sharded_model, make_mesh, shard_batch  # noqa: E402
 from learner.train_step import (  # noqa: E402
     OptimizerConfig,
     create_train_state,

@@ -27,8 +27,8 @@ def _single_device_reference() -> dict[str, object]:
     from multihost_worker import PROMPTS, global_rows, mh_cfg
     from scaling_worker import LOSS, _mesh, _state
 
-    from learner.sampler import Sampler, SamplingConfig
-    from learner.sharding import shard_batch
+    from learner.lm.sampler import Sampler, SamplingConfig
+    from learner.lm.sharding import shard_batch
     from learner.train_step import train_step
 
     mesh = _mesh(1)

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from learner.attention import (
+from learner.lm.attention import (
     PREFILL_QUERY_CHUNK,
     _chunked_causal_attention,
     _xla_causal_attention,

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from learner.tokenizer import Tokenizer, TokenizerError
+from learner.lm.tokenizer import Tokenizer, TokenizerError
 
 CORPUS = [
     "__global__ void add(float* a, float* b, float* c, int n) {",

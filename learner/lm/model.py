@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from learner.attention import causal_attention, decode_attention, resolve_attention_impl
-from learner.config import ModelConfig
-from learner.rope import apply_rope, inverse_frequencies, rope_cos_sin
-from learner.sharding import constrain
+from learner.lm.attention import causal_attention, decode_attention, resolve_attention_impl
+from learner.lm.config import ModelConfig
+from learner.lm.rope import apply_rope, inverse_frequencies, rope_cos_sin
+from learner.lm.sharding import constrain
 
 # One (k, v) pair per layer, each [B, K, T, D] in compute dtype.
 KVCache = tuple[tuple[jax.Array, jax.Array], ...]

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner.model import Transformer
-from learner.sharding import (
+from learner.lm.model import Transformer
+from learner.lm.sharding import (
     activation_mesh,
     global_max,
     host_local_rows,
@@ -173,7 +173,7 @@ def _generate_body(
     eos_ids: jax.Array, temperature: jax.Array, top_p: jax.Array, *, max_new: int,
     cache_len: int, greedy: bool, use_top_p: bool, pad_id: int, group: int,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    from learner.sharding import constrain
+    from learner.lm.sharding import constrain
 
     model: Transformer = nnx.merge(graphdef, params)
     u, p = prompt.shape
