@@ -35,6 +35,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.compute_dtype = "float32"
     c.model.attention_impl = "auto"
     c.model.remat = False
+    c.model.chat_template = "auto"  # "auto": prompt Instruct checkpoints through their chat template; "off"
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1
@@ -46,6 +47,18 @@ def base_config() -> ml_collections.ConfigDict:
     c.sampling.temperature = 1.0
     c.sampling.top_p = 1.0
     c.sampling.batch_size = 16  # rows per generate call (a fixed shape: compiles once)
+
+    c.train = ml_collections.ConfigDict()  # how updates run on the mesh (learner.scale)
+    c.train.micro_batch_tokens = 0  # tokens per micro-batch over the whole mesh; 0 = one pass
+    c.train.hardware = ""  # h100, h200, v5p, ... for the memory plan; "" = what the runtime reports
+    c.train.device_memory_gb = 0.0  # overrides train.hardware when > 0
+    c.train.memory_headroom = 0.9  # fraction of device memory the memory plan may fill
+
+    c.distributed = ml_collections.ConfigDict()  # multi-host start (learner.distributed)
+    c.distributed.mode = "auto"  # "auto": when a coordinator/SLURM/TPU pod is detected; "on"; "off"
+    c.distributed.coordinator_address = ""  # host:port of process 0 ("" = environment)
+    c.distributed.num_processes = 0  # 0 = environment / auto-detect
+    c.distributed.process_id = -1  # -1 = environment / auto-detect
 
     c.sft = ml_collections.ConfigDict()
     c.sft.steps = 200
@@ -72,6 +85,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.bucket_width = 0.1
     c.rl.reward_clip = 10.0  # speedup rewards above this are clipped
     c.rl.learning_rate = 2e-5
+    c.rl.reference_dtype = "compute"  # weights of the frozen KL reference: "compute" = compute dtype
     c.rl.overlap = "auto"  # "on": sample step t+1 while the farm scores step t (staleness 1);
     # "auto": on, except with a local CPU farm, where sampling would share the cores it times on
     c.rl.grpo = ml_collections.ConfigDict()

@@ -17,8 +17,11 @@ about group_size * tasks_per_step / 10 GPUs for the learner not to wait (metric
 rl/farm_wait_s). On KernelBench, success rate after SFT is model-dependent; watch
 rl/success_rate, rl/speedup_median and the verdict/HACK_DETECTED counts. The report at the end
 has the paper's table per stage (workdir/report.{txt,md,json,png}).
-The learner runs as one JAX process over the host's GPUs (mesh axes from config.mesh); the
-trainer loop is single-controller: multi-host learner runs are not supported yet.
+The learner runs as one JAX process over the host's GPUs (mesh axes from config.mesh). Memory
+plan of a 7B policy on 8xH200 with these settings: ~44 GB per GPU (params, gradients, AdamW
+state and the kept initial policy sharded 8 ways, a compute-dtype reference, a bf16 rollout copy per GPU, the KV cache of
+sampling.batch_size rows, one 65536-token micro-batch); print it with
+`python -m learner.memory_plan --model qwen2.5-7b --hardware h200 --devices 8`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def get_config():
     c.mesh.data = 1
     c.mesh.fsdp = -1
     c.mesh.tensor = 1
+    c.train.micro_batch_tokens = 65536  # 8 rows of 8192 per micro-batch: one per GPU of 8
     c.max_seq_len = 8192
     c.sampling.max_new_tokens = 3072
     c.sampling.temperature = 1.0

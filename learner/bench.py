@@ -2,6 +2,7 @@
 
     python -m learner.bench --out bench.json            # GPU: seq 4096, decode batch 64 / 256
     python -m learner.bench --tiny --out bench.json     # CPU smoke test
+    python -m learner.bench --suite h100 --out-dir $OUT # the learner-at-scale targets, one GPU
 
 Method (see docs/learner_model.md):
 * training FLOPs/token = 6 * N_matmul + 6 * L * s * (H * D)   (attention QK^T and PV matmuls,
@@ -9,6 +10,11 @@ Method (see docs/learner_model.md):
   Rematerialisation FLOPs are NOT counted (model FLOPs utilisation).
 * decode: one step reads all weights once (bf16) plus the whole K/V cache of length T:
   bytes/step = W_bytes + 2 * L * B * K * T * D * 2; bound tokens/s = B * BW / bytes/step.
+  With `--suite`, BW is the card's copy bandwidth measured first (`measure_copy_bandwidth`).
+* `--suite h100` (or `tiny` on CPU): a random Qwen2.5-1.5B-shaped model; an RL step at G=16,
+  8 prompts of 2k tokens, 2k-token responses, micro-batched (`learner.bench_rl`); decode at
+  batch 256, context 4k against the bound; training MFU at sequence 4096 with micro-batching.
+  Writes suite.json, suite.md (the table) under --out-dir.
 """
 
 from __future__ import annotations
@@ -27,11 +33,18 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner.config import ModelConfig
+from learner.lm.config import ModelConfig
+from learner.lm.model import Transformer, init_cache
+from learner.lm.sampler import decode_loop
+from learner.lm.sharding import (
+    MeshConfig,
+    batch_sharding,
+    batch_size_multiple,
+    create_sharded_model,
+    make_mesh,
+)
 from learner.losses import lm_loss_sum_count
-from learner.model import Transformer, init_cache
-from learner.sampler import decode_loop
-from learner.sharding import MeshConfig, batch_sharding, create_sharded_model, make_mesh
+from learner.microbatch import micro_batch_count
 from learner.train_step import OptimizerConfig, create_train_state, make_optimizer, train_step
 
 log = logging.getLogger(__name__)
@@ -87,7 +100,7 @@ def _peak_mem_gb() -> float | None:
 
 def bench_train(
     cfg: ModelConfig, *, batch: int, seq: int, steps: int, warmup: int, chunk: int | None,
-    peak_flops: float,
+    peak_flops: float, micro_batch_tokens: int = 0,
 ) -> dict[str, Any]:
     mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1))
     model = create_sharded_model(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
@@ -99,25 +112,26 @@ def bench_train(
         "tokens": rng.integers(0, cfg.vocab_size, (batch, seq)).astype(np.int32),
         "loss_mask": np.ones((batch, seq), np.int32),
     }
+    mb = micro_batch_count(batch, seq, micro_batch_tokens, batch_size_multiple(mesh))
     data = jax.device_put(data, batch_sharding(mesh))
     loss_fn = functools.partial(lm_loss_sum_count, chunk_size=chunk)
     t0 = time.perf_counter()
-    state, metrics = train_step(state, data, loss_fn)
+    state, metrics = train_step(state, data, loss_fn, mb)
     _sync(metrics)
     compile_s = time.perf_counter() - t0
     for _ in range(max(0, warmup - 1)):
-        state, metrics = train_step(state, data, loss_fn)
+        state, metrics = train_step(state, data, loss_fn, mb)
     _sync(metrics)
     t0 = time.perf_counter()
     for _ in range(steps):
-        state, metrics = train_step(state, data, loss_fn)
+        state, metrics = train_step(state, data, loss_fn, mb)
     _sync(metrics)
     dt = (time.perf_counter() - t0) / steps
     tokens = batch * seq
     fpt = train_flops_per_token(cfg, seq)
     res = dict(
         remat=cfg.remat, remat_policy=cfg.remat_policy, attention=model_attention_impl(cfg),
-        batch=batch, seq=seq, step_time_s=dt, tokens_per_s=tokens / dt, flops_per_token=fpt,
+        batch=batch, seq=seq, micro_batches=mb, step_time_s=dt, tokens_per_s=tokens / dt, flops_per_token=fpt,
         mfu=fpt * tokens / dt / peak_flops, loss=float(metrics["loss"]), compile_s=compile_s,
         peak_mem_gb=_peak_mem_gb(),
     )
@@ -126,7 +140,7 @@ def bench_train(
 
 
 def model_attention_impl(cfg: ModelConfig) -> str:
-    from learner.attention import resolve_attention_impl
+    from learner.lm.attention import resolve_attention_impl
 
     return resolve_attention_impl(cfg.attention_impl, cfg.jnp_compute_dtype, cfg.head_dim)
 
@@ -182,6 +196,115 @@ def bench_decode(
     )
 
 
+def measure_copy_bandwidth(nbytes: int = 2 << 30, reps: int = 5) -> float:
+    """Device memory bandwidth in bytes/s of a large on-device copy (read + write counted)."""
+    n = nbytes // 4
+    x = jax.jit(lambda: jnp.zeros((n,), jnp.float32))()
+    copy = jax.jit(lambda a: a + 1.0)
+    _sync(copy(x))
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        _sync(copy(x))
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n * 4 / best
+
+
+SUITES: dict[str, dict[str, Any]] = {
+    # One H100: the learner-at-scale targets (docs/benchmarks.md).
+    "h100": dict(model="qwen2.5-1.5b", peak_flops=989.4e12, copy_bytes=4 << 30,
+                 rl=dict(prompts=8, group=16, prompt_len=2048, max_new=2048,
+                         micro_batch_tokens=16384),
+                 decode=dict(batch=256, ctx=4096, steps=128),
+                 train=dict(batch=16, seq=4096, micro_batch_tokens=16384, chunk=1024, steps=5,
+                            remat_policy="dots_no_batch")),
+    # CPU smoke test of the same code paths with a tiny model.
+    "tiny": dict(model="tiny", peak_flops=1e12, copy_bytes=64 << 20,
+                 rl=dict(prompts=2, group=4, prompt_len=16, max_new=16, micro_batch_tokens=64),
+                 decode=dict(batch=4, ctx=64, steps=8),
+                 train=dict(batch=4, seq=32, micro_batch_tokens=64, chunk=16, steps=2,
+                            remat_policy="dots_no_batch")),
+}
+
+
+def _suite_model(name: str) -> ModelConfig:
+    if name == "tiny":
+        return tiny_config()
+    from learner.memory_plan import model_shape
+
+    return model_shape(name, param_dtype="float32", compute_dtype="bfloat16", remat=True,
+                       rope=dataclasses.replace(
+                           ModelConfig.__dataclass_fields__["rope"].default_factory(), theta=1e6))
+
+
+def run_suite(name: str, out_dir: Path) -> dict[str, Any]:
+    """The three measurements of a suite, each recorded (or its error) as it finishes."""
+    import gc
+
+    from learner.bench_rl import bench_rl_step
+
+    s = SUITES[name]
+    cfg = _suite_model(s["model"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = dict(
+        suite=name, model=dict(name=s["model"], num_params=cfg.num_params(),
+                               num_matmul_params=cfg.num_matmul_params()),
+        device=str(jax.devices()[0].device_kind), backend=jax.default_backend(),
+        jax_version=jax.__version__, peak_flops=s["peak_flops"], errors=[])
+    bw = measure_copy_bandwidth(s["copy_bytes"])
+    result["copy_bandwidth_bytes_per_s"] = bw
+    log.info("copy bandwidth %.2f TB/s", bw / 1e12)
+    jobs = [
+        ("rl", lambda: bench_rl_step(cfg, **s["rl"])),
+        ("decode", lambda: bench_decode(cfg, bandwidth=bw, **s["decode"])),
+        ("train", lambda: bench_train(
+            cfg.replace(remat_policy=s["train"]["remat_policy"]), batch=s["train"]["batch"],
+            seq=s["train"]["seq"], steps=s["train"]["steps"], warmup=2, chunk=s["train"]["chunk"],
+            peak_flops=s["peak_flops"], micro_batch_tokens=s["train"]["micro_batch_tokens"])),
+    ]
+    for key, job in jobs:
+        t0 = time.perf_counter()
+        try:
+            result[key] = job()
+            log.info("%s done in %.0f s: %s", key, time.perf_counter() - t0, result[key])
+        except Exception as e:  # noqa: BLE001 - record OOM etc. and go on with the next part
+            result["errors"].append(f"{key}: {type(e).__name__}: {str(e)[:800]}")
+            log.exception("suite part %s failed", key)
+        gc.collect()
+        _write(out_dir / "suite.json", result)
+    (out_dir / "suite.md").write_text(suite_table(result) + "\n")
+    return result
+
+
+def suite_table(r: dict[str, Any]) -> str:
+    """Markdown table of a suite result (the format of docs/benchmarks.md)."""
+    lines = [f"{r['model']['name']} ({r['model']['num_params'] / 1e9:.2f}B params, random init) on "
+             f"{r['device']}, JAX {r['jax_version']}; copy bandwidth "
+             f"{r['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s", "",
+             "| measurement | result | target |", "|---|---|---|"]
+    if "rl" in r:
+        x = r["rl"]
+        mem = "-" if x["peak_mem_gb"] is None else f"{x['peak_mem_gb']:.1f} GB"
+        lines.append(
+            f"| RL step, G={x['group']}, {x['prompts']} prompts x {x['prompt_len']} tokens, "
+            f"{x['max_new']} new, {x['micro_batches']} micro-batches | {x['step_s']:.1f} s/step "
+            f"(rollout {x['rollout_s']:.1f}, reference {x['reference_s']:.1f}, update "
+            f"{x['update_s']:.1f}); rollout {x['rollout_tokens_per_s']:.0f} tok/s; peak {mem} | - |")
+    if "decode" in r:
+        x = r["decode"]
+        lines.append(f"| decode, batch {x['batch']}, context {x['ctx']} | {x['tokens_per_s']:.0f} "
+                     f"tok/s = {x['frac_of_bound']:.0%} of the HBM bound "
+                     f"({x['bound_tokens_per_s']:.0f}) | >= 70% |")
+    if "train" in r:
+        x = r["train"]
+        mem = "-" if x.get("peak_mem_gb") is None else f"{x['peak_mem_gb']:.1f} GB"
+        lines.append(f"| training, seq {x['seq']}, batch {x['batch']}, {x['micro_batches']} "
+                     f"micro-batches, remat {x['remat_policy']} | MFU {x['mfu']:.1%}, "
+                     f"{x['tokens_per_s']:.0f} tok/s, peak {mem} | >= 50% |")
+    lines += [f"| error | {e[:200]} | |" for e in r["errors"]]
+    return "\n".join(lines)
+
+
 def _write(out: Path | None, result: dict[str, Any]) -> None:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -227,6 +350,9 @@ def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentP
     p.add_argument("--skip-decode", action="store_true")
     p.add_argument("--peak-tflops", type=float, default=H200_PEAK_BF16_FLOPS / 1e12)
     p.add_argument("--hbm-tbps", type=float, default=H200_HBM_BYTES_PER_S / 1e12)
+    p.add_argument("--suite", choices=sorted(SUITES), default=None,
+                   help="run a named suite (RL step, decode vs bound, MFU) instead")
+    p.add_argument("--out-dir", type=Path, default=Path("bench-out"), help="--suite output folder")
     return p
 
 
@@ -282,7 +408,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args = build_parser().parse_args(argv)
+    return run_and_print(build_parser().parse_args(argv))
+
+
+def run_and_print(args: argparse.Namespace) -> int:
+    """Run what the arguments ask for (a suite, or the train/decode tables) and print the table."""
+    if args.suite:
+        res = run_suite(args.suite, args.out_dir)
+        print(suite_table(res), flush=True)
+        return 1 if res["errors"] else 0
     result = run(args)
     print(_table(result), flush=True)
     return 1 if result["errors"] else 0

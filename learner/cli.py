@@ -124,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _setup_logging()
     if args.command == "bench":
-        result = bench.run(args)
-        print(bench._table(result), flush=True)
-        return 1 if result["errors"] else 0
+        return bench.run_and_print(args)
     if args.command == "exemplars":
         return exemplars_cli.run(args)
     parser.error(f"unknown command {args.command}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 
@@ -35,6 +35,24 @@ class DistributedConfig:
     process_id: int | None = None
     local_device_ids: tuple[int, ...] | None = None
     initialization_timeout_s: int = 300
+
+
+def distributed_config(cfg: Any) -> DistributedConfig:
+    """`DistributedConfig` from a run config's `distributed` section (absent: all defaults)."""
+    if "distributed" not in cfg:
+        return DistributedConfig()
+    d = cfg.distributed
+    return DistributedConfig(
+        mode=str(d.mode),  # type: ignore[arg-type]
+        coordinator_address=str(d.coordinator_address) or None,
+        num_processes=int(d.num_processes) or None,
+        process_id=None if int(d.process_id) < 0 else int(d.process_id),
+    )
+
+
+def is_controller() -> bool:
+    """Process 0 owns the farm session, the exemplar database and metrics (one controller)."""
+    return jax.process_index() == 0
 
 
 def _env(*names: str) -> str | None:

@@ -6,23 +6,31 @@
   loopback (CPU slots, or one slot per GPU when the host has NVIDIA GPUs and `device` asks for
   it), owns them, and stops them on `close()` (SIGTERM, then SIGKILL after a bounded wait).
 * Every wait is bounded. A result that does not come within the caller's deadline is reported
-  as `lost` (never rewarded); if it arrives later it is dropped, never counted twice.
-* INFRA_ERROR results (a farm problem, not the candidate's) are resubmitted up to
-  `max_resubmits` times under a derived sample id; what is still INFRA_ERROR after that is
-  returned as such, and the trainer leaves it out of the update.
+  as LOST (never rewarded); if it arrives later it is dropped, never counted twice.
+* One retry owner: the client (`evalfarm.client`) re-dispatches INFRA_ERROR results and lost
+  connections to another daemon, `1 + max_resubmits` attempts in all, and counts each sample's
+  deadline from its dispatch, not from when it was queued. What is still INFRA_ERROR after that
+  comes back as such, and the trainer leaves it out of the update.
+* The trainer sees an `Outcome` (the farm's verdicts plus LOST and PARSE_FAILURE), not strings.
+  `farm.options` are validated when the farm is opened; `submit_many` sends a step's samples in
+  a shuffled order (so the same tasks are not always last in the queue); the farm's capacity is
+  read at start (`slots`), and `check_step_size` warns when a step has many more samples than
+  the farm has slots.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +44,38 @@ log = logging.getLogger(__name__)
 
 
 class FarmError(RuntimeError):
-    """The farm could not be started or reached."""
+    """The farm could not be started or reached, or its settings are invalid."""
+
+
+class Outcome(enum.StrEnum):
+    """What the trainer sees for one sample: the farm's verdict, or why there is none."""
+
+    OK = Verdict.OK.value
+    COMPILE_ERROR = Verdict.COMPILE_ERROR.value
+    LOAD_ERROR = Verdict.LOAD_ERROR.value
+    RUNTIME_ERROR = Verdict.RUNTIME_ERROR.value
+    TIMEOUT = Verdict.TIMEOUT.value
+    CUDA_FAULT = Verdict.CUDA_FAULT.value
+    INCORRECT = Verdict.INCORRECT.value
+    HACK_DETECTED = Verdict.HACK_DETECTED.value
+    INFRA_ERROR = Verdict.INFRA_ERROR.value
+    LOST = "LOST"  # no result within the learner's wait
+    PARSE_FAILURE = "PARSE_FAILURE"  # the response had no code to score; never sent
+
+    @property
+    def infra(self) -> bool:
+        """Not the candidate's fault: left out of the update, never rewarded."""
+        return self in (Outcome.INFRA_ERROR, Outcome.LOST)
+
+
+def validate_options(options: dict[str, Any]) -> None:
+    """Raise FarmError for `farm.options` the farm would refuse (unknown names, bad values)."""
+    from evalfarm.client.wire import config_from_pb, options_to_pb
+
+    try:
+        config_from_pb(options_to_pb(options), "cpu")
+    except Exception as err:  # noqa: BLE001 - ConfigError, TypeError ...: the message says which
+        raise FarmError(f"farm.options: {err}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +114,11 @@ class FarmSettings:
             sample_deadline_s=float(cfg.sample_deadline_s),
             max_resubmits=int(cfg.max_resubmits),
         )
+
+    def __post_init__(self) -> None:
+        validate_options(dict(self.options))
+        if self.max_resubmits < 0:
+            raise FarmError(f"farm.max_resubmits must be >= 0, got {self.max_resubmits}")
 
 
 def host_has_gpu() -> bool:
@@ -150,7 +194,7 @@ class FarmOutcome:
     """The one result the trainer sees for a submitted sample."""
 
     sample_id: str
-    verdict: str  # Verdict name, or "LOST" when no result came within the deadline
+    verdict: Outcome  # a plain string is converted (and checked) on construction
     speedup: float | None = None
     detail: str = ""
     latency_s: float = 0.0
@@ -159,24 +203,23 @@ class FarmOutcome:
     hack_reason: str = ""
     gpu_name: str = ""  # the device model that measured it ("" when nothing was measured)
 
+    def __post_init__(self) -> None:
+        self.verdict = Outcome(self.verdict)
+
     @property
     def ok(self) -> bool:
-        return self.verdict == Verdict.OK.value and self.speedup is not None
+        return self.verdict is Outcome.OK and self.speedup is not None
 
     @property
     def infra(self) -> bool:
         """Not the candidate's fault: left out of the update, never rewarded."""
-        return self.verdict in (Verdict.INFRA_ERROR.value, "LOST")
+        return self.verdict.infra
 
 
 @dataclasses.dataclass
 class _Pending:
-    task_id: str
-    code: str
-    tags: dict[str, str]
     submitted: float
-    wire_id: str
-    attempts: int = 1
+    task_id: str = ""
 
 
 class Farm:
@@ -211,32 +254,64 @@ class Farm:
                             client_key=settings.tls_key, server_name=settings.tls_server_name)
         try:
             self.client = FarmClient(endpoints, token, tls, default_deadline_s=settings.sample_deadline_s,
-                                     gpu_model=settings.gpu_model or None)
+                                     gpu_model=settings.gpu_model or None, max_attempts=1 + settings.max_resubmits)
         except BaseException as err:
             if self.local is not None:
                 self.local.stop()
             raise FarmError(f"cannot reach the farm at {', '.join(endpoints)}: {err}") from err
         self.endpoints = endpoints
-        self._pending: dict[str, _Pending] = {}  # our sample id -> pending submission
-        self._wire_to_id: dict[str, str] = {}
+        self._pending: dict[str, _Pending] = {}  # sample id -> pending submission
         self._done: dict[str, FarmOutcome] = {}
         self._abandoned: set[str] = set()
-        self.stats: dict[str, int] = {"submitted": 0, "resubmitted": 0, "lost": 0, "late_dropped": 0}
+        self.stats: dict[str, int] = {"submitted": 0, "lost": 0, "late_dropped": 0}
+        self._warned_sizes: set[int] = set()
+        self.slots = self._read_capacity()
+
+    def _read_capacity(self) -> int:
+        """Evaluation slots over the reachable daemons (0 when none answered yet)."""
+        try:
+            caps = self.client.capacity(timeout=min(10.0, self.settings.start_timeout_s))
+        except Exception as err:  # noqa: BLE001 - capacity is advisory; the client keeps polling
+            log.warning("could not read the farm's capacity: %s", err)
+            return 0
+        slots = sum(int(c.slots) for c in caps.values() if c is not None and not c.draining)
+        log.info("farm: %d daemon(s) answered, %d evaluation slots", sum(c is not None for c in caps.values()), slots)
+        return slots
+
+    def check_step_size(self, samples: int, what: str = "rl.tasks_per_step x rl.group_size") -> bool:
+        """Warn (once per size) when a step sends many more samples than the farm has slots.
+
+        Returns False when it warned. The client queues what does not fit and starts each
+        sample's deadline at dispatch, so nothing expires in its queue, but the step then takes
+        about samples / slots evaluations back to back."""
+        if self.slots <= 0 or samples <= 4 * self.slots or samples in self._warned_sizes:
+            return True
+        self._warned_sizes.add(samples)
+        log.warning("a step sends %d samples to a farm with %d slots: about %d evaluations in a row "
+                    "per slot; add farm GPUs or lower %s", samples, self.slots,
+                    -(-samples // self.slots), what)
+        return False
 
     # -- submission ------------------------------------------------------------------------
     def submit(self, sample_id: str, task_id: str, code: str, tags: dict[str, str] | None = None) -> None:
         if sample_id in self._pending or sample_id in self._done:
             raise ValueError(f"sample id {sample_id!r} was already submitted")
-        pend = _Pending(task_id, code, dict(tags or {}), time.monotonic(), wire_id=sample_id)
-        self._pending[sample_id] = pend
-        self._send(sample_id, pend)
+        self._pending[sample_id] = _Pending(time.monotonic(), task_id)
+        task = pb.TaskRef(name=task_id, sha256=self.task_hashes.get(task_id, ""))
+        self.client.submit(task, code, sample_id, options=self.settings.options,
+                           tags=dict(tags or {}), deadline_s=self.settings.sample_deadline_s)
         self.stats["submitted"] += 1
 
-    def _send(self, sample_id: str, pend: _Pending) -> None:
-        self._wire_to_id[pend.wire_id] = sample_id
-        task = pb.TaskRef(name=pend.task_id, sha256=self.task_hashes.get(pend.task_id, ""))
-        self.client.submit(task, pend.code, pend.wire_id, options=self.settings.options,
-                           tags=pend.tags, deadline_s=self.settings.sample_deadline_s)
+    def submit_many(self, items: Iterable[tuple[str, str, str, dict[str, str]]], seed: int | str) -> list[str]:
+        """Submit (sample id, task id, code, tags) items in an order shuffled by `seed`.
+
+        Groups of one task would otherwise queue together in task order, and with a farm too
+        small for the step the same tasks would be the ones waiting longest every time."""
+        order = list(items)
+        random.Random(str(seed)).shuffle(order)
+        for sid, task_id, code, tags in order:
+            self.submit(sid, task_id, code, tags)
+        return [sid for sid, *_ in order]
 
     # -- results ---------------------------------------------------------------------------
     def wait(self, sample_ids: Sequence[str], timeout_s: float) -> dict[str, FarmOutcome]:
@@ -262,41 +337,32 @@ class Farm:
                 pend = self._pending.pop(sid, None)
                 self._abandoned.add(sid)
                 self.stats["lost"] += 1
-                out[sid] = FarmOutcome(sid, "LOST", detail=f"no result within {timeout_s:.0f}s",
+                out[sid] = FarmOutcome(sid, Outcome.LOST, detail=f"no result within {timeout_s:.0f}s",
                                        latency_s=time.monotonic() - pend.submitted if pend else 0.0)
         return out
 
     def _on_result(self, res: SampleResult) -> None:
-        sid = self._wire_to_id.pop(res.sample_id, None)
-        if sid is None or sid in self._abandoned:
+        sid = res.sample_id
+        if sid in self._abandoned:
             self.stats["late_dropped"] += 1
-            self._abandoned.discard(sid or "")
+            self._abandoned.discard(sid)
             return
-        pend = self._pending.get(sid)
+        pend = self._pending.pop(sid, None)
         if pend is None:  # pragma: no cover - a result for a finished sample: drop, never recount
             self.stats["late_dropped"] += 1
             return
         r: ScoreResult = res.result
         if res.error_code in ("FAILED_PRECONDITION", "INVALID_ARGUMENT"):
             # The request itself is refused (a task the farm resolves to other content, or does not
-            # know): resubmitting cannot help, and the run should hear it loudly, once per task.
+            # know): no attempt can help, and the run should hear it loudly, once per task.
             if pend.task_id not in self._mismatch_logged:
                 self._mismatch_logged.add(pend.task_id)
                 log.error("the farm refused task %s: %s", pend.task_id, r.detail.splitlines()[:1])
-            pend.attempts = self.settings.max_resubmits + 1
-        if r.verdict is Verdict.INFRA_ERROR and pend.attempts <= self.settings.max_resubmits:
-            log.warning("INFRA_ERROR for %s (%s); resubmitting", sid, r.detail.splitlines()[:1])
-            pend.attempts += 1
-            pend.wire_id = f"{sid}~r{pend.attempts}"
-            self.stats["resubmitted"] += 1
-            self._send(sid, pend)
-            return
-        del self._pending[sid]
         hack = r.detail.splitlines()[0] if r.verdict is Verdict.HACK_DETECTED and r.detail else ""
         self._done[sid] = FarmOutcome(
-            sample_id=sid, verdict=r.verdict.value, speedup=r.speedup if r.ok else None,
+            sample_id=sid, verdict=Outcome(r.verdict.value), speedup=r.speedup if r.ok else None,
             detail=r.detail[:2000], latency_s=time.monotonic() - pend.submitted,
-            attempts=pend.attempts, cached=res.cached, hack_reason=hack, gpu_name=res.gpu_name,
+            attempts=max(1, int(res.attempts)), cached=res.cached, hack_reason=hack, gpu_name=res.gpu_name,
         )
 
     def close(self) -> None:

@@ -44,8 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from learner.lm.model import Transformer
+from learner.lm.sharding import activation_mesh
 from learner.losses import token_logprobs
-from learner.model import Transformer
+from learner.microbatch import merge_micro_batches, split_micro_batches
 from learner.train_step import TrainState
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -146,21 +148,33 @@ def sequence_logprobs(
     return (token_logprobs(model, tokens, None, chunk_size) * mask).sum(axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size"))
+@functools.partial(
+    jax.jit, static_argnames=("graphdef", "chunk_size", "micro_batches", "mesh")
+)
 def reference_logprobs(
     graphdef: Any,
     ref_params: Any,
     tokens: jax.Array,
     loss_mask: jax.Array | None = None,
     chunk_size: int | None = 512,
+    micro_batches: int = 1,
+    mesh: Any = None,
 ) -> jax.Array:
     """Token log-probs [B, S] float32 of the model (graphdef, params); forward only, no gradient.
 
     Aligned like `token_logprobs` (out[:, 0] = 0) and zero where `loss_mask` is 0 (when given).
     Used for a frozen reference policy and, through `policy_logprobs`, for old_logprobs.
+    `micro_batches` > 1 runs the forward over that many row slices in turn (less activation
+    memory, same result); `mesh` pins activations to it (`learner.lm.sharding.constrain`).
     """
     model = nnx.merge(graphdef, jax.lax.stop_gradient(ref_params))
-    lp = token_logprobs(model, tokens, None, chunk_size)
+    with activation_mesh(mesh):
+        if micro_batches > 1:
+            parts = split_micro_batches({"t": tokens}, micro_batches)["t"]
+            lp = merge_micro_batches(
+                jax.lax.map(lambda t: token_logprobs(model, t, None, chunk_size), parts))
+        else:
+            lp = token_logprobs(model, tokens, None, chunk_size)
     if loss_mask is not None:
         lp = jnp.where(_target_mask(loss_mask) > 0, lp, 0.0)
     return jax.lax.stop_gradient(lp)

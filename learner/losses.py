@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from learner.model import Transformer
+from learner.lm.model import Transformer
 
 
 def logprobs_from_hidden(

@@ -17,11 +17,11 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh
 
-from learner.config import ModelConfig
-from learner.hf_io import load_hf_model
-from learner.model import Transformer
-from learner.sharding import MeshConfig, create_sharded_model, make_mesh
-from learner.tokenizer import Tokenizer
+from learner.lm.config import ModelConfig
+from learner.lm.hf_io import load_hf_model
+from learner.lm.model import Transformer
+from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
+from learner.lm.tokenizer import Tokenizer
 from learner.vocab import train_tokenizer
 
 log = logging.getLogger(__name__)

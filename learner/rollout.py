@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from learner.lm.sampler import Sampler, SamplingConfig
+from learner.lm.tokenizer import Tokenizer
 from learner.prompts import ParseFailure, parse_response
-from learner.sampler import Sampler, SamplingConfig
-from learner.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass
@@ -55,15 +55,20 @@ def generate_rollouts(
     batch_size: int,
 ) -> tuple[list[Rollout], GenerationStats]:
     """`prompts`: (sample_id, task_id, group, prompt token ids). Generates in fixed-size batches
-    (the last one padded by repeating its first prompt) so every batch compiles once."""
+    (the last one padded by repeating its first prompt) so every batch compiles once. When the
+    prompts come in runs of G equal ones (GRPO's samples of one prompt) and G divides the batch
+    size, each run shares one prefill (`Sampler.generate(group=G)`)."""
     out: list[Rollout] = []
     t0 = time.perf_counter()
     new_tokens = 0
+    share = _run_length(prompts)
+    share = share if share > 1 and batch_size % share == 0 else 1
     for start in range(0, len(prompts), batch_size):
         chunk = list(prompts[start:start + batch_size])
         real = len(chunk)
         chunk += [chunk[0]] * (batch_size - real)
-        res = sampler.generate([p[3] for p in chunk], sampling, jax.random.fold_in(rng, start))
+        res = sampler.generate([p[3] for p in chunk], sampling, jax.random.fold_in(rng, start),
+                               group=share)
         comps = res.completions()
         texts = tokenizer.decode_batch(comps[:real])
         for i in range(real):
@@ -80,6 +85,14 @@ def generate_rollouts(
                 finish_reason=res.finish_reasons[i],
             ))
     return out, GenerationStats(time.perf_counter() - t0, new_tokens)
+
+
+def _run_length(prompts: Sequence[tuple[str, str, int, list[int]]]) -> int:
+    """How many prompts in a row equal the first one (the group size of GRPO's prompt list)."""
+    n = 0
+    while n < len(prompts) and list(prompts[n][3]) == list(prompts[0][3]):
+        n += 1
+    return n
 
 
 def length_bucket(n: int, max_len: int, step: int = 128) -> int:

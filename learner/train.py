@@ -38,17 +38,19 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
+from learner import scale
 from learner.checkpoint import Checkpointer
+from learner.distributed import distributed_config, maybe_initialize_distributed
 from learner.exemplars import ExemplarDB, SampleRecord, code_sha256
-from learner.farm import Farm, FarmOutcome, FarmSettings, one_model_per_group
-from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss, reference_logprobs
+from learner.farm import Farm, FarmOutcome, FarmSettings, Outcome, one_model_per_group
+from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss
+from learner.lm.sampler import Sampler, SamplingConfig
 from learner.losses import lm_loss_sum_count
 from learner.metrics import MetricsWriter
 from learner.policy import Policy, build_policy
 from learner.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.report import SpeedupSummary, format_table, summarize, write_report
 from learner.rollout import Rollout, generate_rollouts, grpo_batch, length_bucket, lm_batch
-from learner.sampler import Sampler, SamplingConfig
 from learner.tasks import (
     SFTPair,
     SFTTarget,
@@ -63,7 +65,6 @@ from learner.train_step import (
     TrainState,
     create_train_state,
     make_optimizer,
-    train_step,
 )
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,8 @@ class Run:
         return self.policy.tokenizer
 
     def encode_prompt(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_bos=True)
+        """Through the checkpoint's chat template when it has one (model.chat_template="auto")."""
+        return self.tokenizer.encode_prompt(text, chat=str(self.cfg.model.get("chat_template", "auto")) != "off")
 
     def encode_completion(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_ids[0]]
@@ -258,13 +260,11 @@ def _advance(state: TrainState, k: int) -> TrainState:
 
 def _score_rollouts(run: Run, rollouts: Sequence[Rollout], stage: str) -> list[str]:
     """Submit the parsed ones; returns their sample ids."""
-    ids = []
-    for r in rollouts:
-        if r.code:
-            run.farm.submit(r.sample_id, r.task_id, r.code,
-                            tags={"task": r.task_id, "stage": stage, "policy_version": str(r.policy_version)})
-            ids.append(r.sample_id)
-    return ids
+    items = [(r.sample_id, r.task_id, r.code,
+              {"task": r.task_id, "stage": stage, "policy_version": str(r.policy_version)})
+             for r in rollouts if r.code]
+    run.farm.check_step_size(len(rollouts))
+    return run.farm.submit_many(items, seed=rollouts[0].sample_id if rollouts else 0)
 
 
 def _outcomes(run: Run, rollouts: Sequence[Rollout], ids: Sequence[str]) -> tuple[dict[str, FarmOutcome], float]:
@@ -274,7 +274,7 @@ def _outcomes(run: Run, rollouts: Sequence[Rollout], ids: Sequence[str]) -> tupl
     waited = time.perf_counter() - t0
     for r in rollouts:
         if not r.code:
-            got[r.sample_id] = FarmOutcome(r.sample_id, "PARSE_FAILURE", detail=r.parse_failure)
+            got[r.sample_id] = FarmOutcome(r.sample_id, Outcome.PARSE_FAILURE, detail=r.parse_failure)
     return got, waited
 
 
@@ -299,15 +299,15 @@ def outcome_metrics(outcomes: Sequence[FarmOutcome]) -> dict[str, float]:
     m: dict[str, float] = {f"verdict/{v}": c for v, c in verdicts.items()}
     m["samples"] = n
     m["success_rate"] = len(speedups) / n if n else 0.0
-    m["hacks"] = verdicts.get("HACK_DETECTED", 0)
-    lat = [o.latency_s for o in outcomes if o.verdict != "PARSE_FAILURE"]
+    m["hacks"] = verdicts.get(Outcome.HACK_DETECTED, 0)
+    lat = [o.latency_s for o in outcomes if o.verdict is not Outcome.PARSE_FAILURE]
     if lat:
         m["farm_latency_s"] = float(np.mean(lat))
     if speedups:
         m.update(speedup_mean=float(np.mean(speedups)), speedup_median=float(np.median(speedups)),
                  speedup_max=float(np.max(speedups)))
     for o in outcomes:
-        if o.verdict == "PARSE_FAILURE":
+        if o.verdict is Outcome.PARSE_FAILURE:
             m[f"parse_failure/{o.detail}"] = m.get(f"parse_failure/{o.detail}", 0) + 1
     return m
 
@@ -402,8 +402,9 @@ def run_sft(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
             rng = _np_rng(run, offset + step, 0)
             pick = rng.choice(len(rows), size=bs, replace=len(rows) < bs)
             t0 = time.perf_counter()
-            state, m = train_step(state, lm_batch([rows[i] for i in pick], run.policy.pad_id,
-                                                  int(cfg.max_seq_len), length), loss_fn)
+            state, m = scale.step(state, lm_batch([rows[i] for i in pick], run.policy.pad_id,
+                                                  int(cfg.max_seq_len), length), loss_fn,
+                                  scale.micro_batch_tokens(cfg))
             m = {k: float(v) for k, v in jax.device_get(m).items()}
             m["step_s"] = time.perf_counter() - t0
             run.writer.write(offset + step + 1, m, stage="sft")
@@ -468,8 +469,9 @@ def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainSt
                 losses = []
                 for j in range(k):
                     pick = _np_rng(run, gstep + j, 2).choice(len(wins), size=bs, replace=len(wins) < bs)
-                    state, lm = train_step(state, lm_batch([wins[i] for i in pick], run.policy.pad_id,
-                                                           int(run.cfg.max_seq_len)), loss_fn)
+                    state, lm = scale.step(state, lm_batch([wins[i] for i in pick], run.policy.pad_id,
+                                                           int(run.cfg.max_seq_len)), loss_fn,
+                                           scale.micro_batch_tokens(run.cfg))
                     losses.append(float(lm["loss"]))
                 m["loss"] = float(np.mean(losses))
                 sampler.update_params(state.params)
@@ -484,7 +486,8 @@ def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainSt
 
 
 def _sampler(run: Run, params: Any) -> Sampler:
-    return Sampler(nnx.merge(nnx.graphdef(run.policy.model), params), pad_id=run.policy.pad_id, min_bucket=64)
+    return Sampler(nnx.merge(nnx.graphdef(run.policy.model), params), pad_id=run.policy.pad_id, min_bucket=64,
+                   mesh=run.policy.mesh)
 
 
 @dataclasses.dataclass
@@ -536,6 +539,9 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
     loss_fn = make_grpo_loss(gcfg)
     sampler = _sampler(run, state.params)
     max_len = int(run.cfg.max_seq_len)
+    mbt = scale.micro_batch_tokens(run.cfg)
+    if gcfg.kl_coef > 0:  # the frozen reference in the compute dtype: same results, less memory
+        ref_params = scale.reference_copy(ref_params, scale.reference_dtype(run.cfg, state.model.cfg))
     pending: _Batch | None = None
     if cfg.overlap not in ("auto", "on", "off"):
         raise TrainConfigError(f"rl.overlap must be 'auto', 'on' or 'off', got {cfg.overlap!r}")
@@ -562,11 +568,12 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
             reward_of = {r.sample_id: (float(rewards[i]) if valid[i] else None) for i, r in enumerate(rollouts)}
             run.db.add_many(_records(rollouts, outcomes, reward_of, gstep + 1, "rl"))
             b = grpo_batch(rollouts, adv, valid, run.policy.pad_id, max_len)
-            b["ref_logprobs"] = (np.asarray(reference_logprobs(state.graphdef, ref_params, b["tokens"],
-                                                                b["loss_mask"]))
+            t_ref = time.perf_counter()
+            b["ref_logprobs"] = (scale.batch_reference_logprobs(state, ref_params, b, mbt)
                                  if gcfg.kl_coef > 0 else np.zeros_like(b["old_logprobs"]))
             t0 = time.perf_counter()
-            state, lm = train_step(state, b, loss_fn)
+            ref_s = t0 - t_ref
+            state, lm = scale.step(state, b, loss_fn, mbt)
             sampler.update_params(state.params)
             m = {k: float(v) for k, v in jax.device_get(lm).items()}
             m.update(outcome_metrics([outcomes[r.sample_id] for r in rollouts]))
@@ -574,7 +581,7 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
                      adv_mean=float(adv[valid].mean()) if valid.any() else 0.0,
                      adv_std=float(adv[valid].std()) if valid.any() else 0.0,
                      infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s,
-                     farm_wait_s=waited, update_s=time.perf_counter() - t0,
+                     farm_wait_s=waited, update_s=time.perf_counter() - t0, reference_s=ref_s,
                      staleness=float(version - np.mean([r.policy_version for r in rollouts])),
                      exemplars_in_prompt=batch.num_exemplars)
             run.writer.write(gstep + 1, m, stage="rl")
@@ -692,6 +699,7 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
         (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=1))
     tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
     policy = build_policy(cfg, workdir, _corpus(tasks))
+    scale.run_memory_plan(cfg, policy.model_config, policy.mesh)
     db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width))
     writer = MetricsWriter(workdir)
     settings = FarmSettings.from_config(cfg.farm)
@@ -704,6 +712,7 @@ def train(cfg: Any) -> dict[str, Path]:
     """Run (or resume) the configured pipeline; returns the report's paths."""
     stages = stage_list(cfg)
     offsets = stage_offsets(cfg)
+    maybe_initialize_distributed(distributed_config(cfg))
     run = open_run(cfg)
     try:
         for stage in stages:

@@ -25,10 +25,12 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx, struct
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from learner.model import Transformer
-from learner.sharding import DEFAULT_RULES, PartitionRules, tree_shardings
+from learner.lm.model import Transformer
+from learner.lm.sharding import DEFAULT_RULES, PartitionRules, activation_mesh, tree_shardings
+from learner.microbatch import split_micro_batches
 
 LossOutput = tuple[jax.Array, jax.Array] | tuple[jax.Array, jax.Array, dict[str, jax.Array]]
 LossFn = Callable[[Transformer, dict[str, Any]], LossOutput]
@@ -117,11 +119,14 @@ def create_train_state(
         opt_state = jax.jit(tx.init, out_shardings=tree_shardings(abstract, mesh, rules))(params)
     else:
         opt_state = jax.jit(tx.init)(params)
+    step, rng = jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed)
+    if mesh is not None:  # replicated on the mesh, as the step returns them: no second compile
+        step, rng = jax.device_put((step, rng), NamedSharding(mesh, P()))
     return TrainState(
-        step=jnp.zeros((), jnp.int32),
+        step=step,
         params=params,
         opt_state=opt_state,
-        rng=jax.random.PRNGKey(seed),
+        rng=rng,
         graphdef=graphdef,
         tx=tx,
         mesh=mesh,
@@ -129,14 +134,57 @@ def create_train_state(
     )
 
 
-def _train_step(
-    state: TrainState, batch: dict[str, Any], loss_fn: LossFn
-) -> tuple[TrainState, dict[str, jax.Array]]:
-    def objective(params: Any) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
-        loss_sum, count, aux = split_loss_output(loss_fn(nnx.merge(state.graphdef, params), batch))
-        return loss_sum / jnp.maximum(count, 1.0), (count, aux)
+def _accumulate(
+    state: TrainState, batch: dict[str, Any], loss_fn: LossFn, micro_batches: int
+) -> tuple[Any, jax.Array, jax.Array, dict[str, jax.Array]]:
+    """(summed grads of loss_sum, loss_sum, count, aux) over `micro_batches` slices of `batch`.
 
-    (loss, (count, aux)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+    aux entries are combined as count-weighted means (they are per-count means in every slice),
+    except names ending in "_max", which take the maximum.
+    """
+
+    def grads_of(params: Any, mb: dict[str, Any]) -> Any:
+        def objective(p: Any) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
+            loss_sum, count, aux = split_loss_output(loss_fn(nnx.merge(state.graphdef, p), mb))
+            return loss_sum, (count, aux)
+
+        return jax.value_and_grad(objective, has_aux=True)(params)
+
+    if micro_batches == 1:
+        (loss_sum, (count, aux)), grads = grads_of(state.params, batch)
+        return grads, loss_sum, count, aux
+
+    mbs = split_micro_batches(batch, micro_batches)
+    first = jax.tree.map(lambda x: x[0], mbs)
+    (_, (_, aux_shape)), _ = jax.eval_shape(grads_of, state.params, first)
+
+    def body(carry: Any, mb: dict[str, Any]) -> tuple[Any, None]:
+        g_acc, l_acc, c_acc, a_acc = carry
+        (loss_sum, (count, aux)), grads = grads_of(state.params, mb)
+        g_acc = jax.tree.map(lambda a, g: a + g.astype(a.dtype), g_acc, grads)
+        a_acc = {k: (jnp.maximum(a_acc[k], aux[k]) if k.endswith("_max")
+                     else a_acc[k] + aux[k] * count) for k in a_acc}
+        return (g_acc, l_acc + loss_sum, c_acc + count, a_acc), None
+
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
+    if state.mesh is not None:
+        zeros = jax.lax.with_sharding_constraint(zeros, tree_shardings(zeros, state.mesh, state.rules))
+    aux0 = {k: jnp.full((), -jnp.inf if k.endswith("_max") else 0.0, jnp.float32) for k in aux_shape}
+    carry = (zeros, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), aux0)
+    (grads, loss_sum, count, aux_acc), _ = jax.lax.scan(body, carry, mbs)
+    denom = jnp.maximum(count, 1.0)
+    aux = {k: v if k.endswith("_max") else v / denom for k, v in aux_acc.items()}
+    return grads, loss_sum, count, aux
+
+
+def _train_step(
+    state: TrainState, batch: dict[str, Any], loss_fn: LossFn, micro_batches: int = 1
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    with activation_mesh(state.mesh):
+        grads, loss_sum, count, aux = _accumulate(state, batch, loss_fn, micro_batches)
+    denom = jnp.maximum(count, 1.0)
+    loss = loss_sum / denom
+    grads = jax.tree.map(lambda g, p: (g / denom).astype(p.dtype), grads, state.params)
     updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     if state.mesh is not None:
@@ -156,12 +204,19 @@ def _train_step(
     return new_state, metrics
 
 
-@functools.partial(jax.jit, static_argnames=("loss_fn",), donate_argnames=("state",))
+@functools.partial(
+    jax.jit, static_argnames=("loss_fn", "micro_batches"), donate_argnames=("state",)
+)
 def train_step(
-    state: TrainState, batch: dict[str, Any], loss_fn: LossFn
+    state: TrainState, batch: dict[str, Any], loss_fn: LossFn, micro_batches: int = 1
 ) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One optimizer step on `batch`; `state` is donated."""
-    return _train_step(state, batch, loss_fn)
+    """One optimizer step on `batch`; `state` is donated.
+
+    `micro_batches` > 1 splits the batch's rows into that many slices (`learner.microbatch`)
+    whose gradients of loss_sum and counts are summed before one division and one update:
+    the same step in less activation memory.
+    """
+    return _train_step(state, batch, loss_fn, micro_batches)
 
 
 def grads_and_loss(
@@ -176,4 +231,5 @@ def grads_and_loss(
         loss_sum, count, _ = split_loss_output(loss_fn(nnx.merge(state.graphdef, params), batch))
         return loss_sum / jnp.maximum(count, 1.0)
 
-    return jax.value_and_grad(objective)(state.params)
+    with activation_mesh(state.mesh):
+        return jax.value_and_grad(objective)(state.params)

@@ -3,7 +3,7 @@
 Real runs load the pretrained model's own `tokenizer.json`. The demo trains a tiny model from
 random weights, and a vocabulary fitted to the suite's code and the prompt templates keeps its
 sequences short (a few hundred tokens per prompt). The result is written as a Hugging Face
-tokenizer directory, so it loads through `learner.tokenizer.Tokenizer.from_dir` like any other.
+tokenizer directory, so it loads through `learner.lm.tokenizer.Tokenizer.from_dir` like any other.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from learner.tokenizer import Tokenizer
+from learner.lm.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -88,8 +88,8 @@ def _fuse_projections() -> None:
     import jax
     import jax.numpy as jnp
 
-    from learner import model as m
-    from learner.rope import apply_rope
+    from learner.lm import model as m
+    from learner.lm.rope import apply_rope
 
     def qkv(self: Any, x: Any, cos: Any, sin: Any) -> Any:
         b, s, _ = x.shape
@@ -124,9 +124,9 @@ def run_variant(name: str, steps: int) -> dict[str, Any]:
     from flax import nnx
 
     from learner.bench import H200_PEAK_BF16_FLOPS, qwen2_1b_config, train_flops_per_token
+    from learner.lm.model import Transformer
+    from learner.lm.sharding import MeshConfig, batch_sharding, create_sharded_model, make_mesh
     from learner.losses import lm_loss_sum_count
-    from learner.model import Transformer
-    from learner.sharding import MeshConfig, batch_sharding, create_sharded_model, make_mesh
     from learner.train_step import OptimizerConfig, create_train_state, make_optimizer, train_step
 
     v = VARIANTS[name]

@@ -19,15 +19,15 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from tiny_setup import TINY_CFG, flat_params, tiny_batch  # noqa: E402
 
 from learner.checkpoint import Checkpointer  # noqa: E402
-from learner.losses import lm_loss_sum_count  # noqa: E402
-from learner.model import Transformer  # noqa: E402
-from learner.sharding import (  # noqa: E402
+from learner.lm.model import Transformer  # noqa: E402
+from learner.lm.sharding import (  # noqa: E402
     MeshConfig,
     batch_sharding,
     create_sharded_model,
     make_mesh,
     shard_model,
 )
+from learner.losses import lm_loss_sum_count  # noqa: E402
 from learner.train_step import (  # noqa: E402
     OptimizerConfig,
     create_train_state,

@@ -18,8 +18,8 @@ from flax import nnx  # noqa: E402
 from tiny_setup import TINY_CFG, flat_params, tiny_batch  # noqa: E402
 
 from learner.checkpoint import Checkpointer  # noqa: E402
+from learner.lm.model import Transformer  # noqa: E402
 from learner.losses import lm_loss_sum_count  # noqa: E402
-from learner.model import Transformer  # noqa: E402
 from learner.train_step import (  # noqa: E402
     OptimizerConfig,
     create_train_state,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from learner.bench import qwen2_1b_config, train_flops_per_token
 from learner.cli import main
 
@@ -27,3 +29,19 @@ def test_flop_and_param_accounting() -> None:
     assert 1.0e9 < cfg.num_params() < 1.1e9
     n = cfg.num_matmul_params()
     assert train_flops_per_token(cfg, 4096) == 6 * n + 6 * 16 * 4096 * 2048
+
+
+@pytest.mark.slow
+def test_suite_tiny_runs_every_part_and_writes_the_table(tmp_path: Path) -> None:
+    from learner.bench import run_suite, suite_table
+
+    res = run_suite("tiny", tmp_path)
+    assert res["errors"] == [] and res["copy_bandwidth_bytes_per_s"] > 0
+    rl = res["rl"]
+    assert rl["new_tokens"] == rl["prompts"] * rl["group"] * rl["max_new"]  # no EOS at random init
+    assert rl["micro_batches"] > 1 and rl["rollout_tokens_per_s"] > 0
+    assert rl["step_s"] < rl["first_step_s"]  # the timed step reuses the first step's compilations
+    assert 0 < res["decode"]["frac_of_bound"] and res["train"]["micro_batches"] > 1
+    table = (tmp_path / "suite.md").read_text()
+    assert table.strip() == suite_table(json.loads((tmp_path / "suite.json").read_text())).strip()
+    assert "RL step, G=4" in table and "of the HBM bound" in table and "MFU" in table

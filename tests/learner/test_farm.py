@@ -1,4 +1,5 @@
-"""The learner's farm session: resubmission of INFRA_ERROR, bounded waits, owned local daemons."""
+"""The learner's farm session: one retry owner, outcomes, validated options, shuffled submission,
+capacity, bounded waits, owned local daemons."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from learner.farm import Farm, FarmError, FarmSettings, LocalDaemons
+from learner.farm import Farm, FarmError, FarmOutcome, FarmSettings, LocalDaemons, Outcome
 from tests.service.conftest import DaemonThread, FakeBackend, fake_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,25 +36,60 @@ def _farm(d: DaemonThread, tmp_path: Path, **kw) -> Farm:  # noqa: ANN003
     return Farm(FarmSettings(endpoints=(d.target,), **kw), tmp_path)
 
 
-def test_infra_error_is_resubmitted_then_scored(daemon_factory, tmp_path):
-    backend = FlakyBackend(infra_first=3)  # the client retries twice on its own, the farm once more
+def test_infra_error_is_retried_by_the_client_alone(daemon_factory, tmp_path):
+    backend = FlakyBackend(infra_first=2)
     d = daemon_factory(backend=backend, fault_threshold=0)  # counts backend starts: no slot probes
     with _farm(d, tmp_path, max_resubmits=2) as farm:
         farm.submit("s1", "L1/1", fake_source("OK", 1.7))
         out = farm.wait(["s1"], 30)["s1"]
-    assert out.verdict == "OK" and out.speedup == pytest.approx(1.7)
-    assert out.attempts == 2 and not out.infra
-    assert farm.stats["resubmitted"] == 1
-    assert backend.started == 4
+    assert out.verdict is Outcome.OK and out.speedup == pytest.approx(1.7)
+    assert out.attempts == 3 and not out.infra
+    assert backend.started == 3  # 1 + max_resubmits evaluations, no second retry layer
 
 
 def test_persistent_infra_error_is_returned_as_infra_never_ok(daemon_factory, tmp_path):
-    d = daemon_factory(backend=FlakyBackend(infra_first=10_000), fault_threshold=0)  # the client's retries only
+    backend = FlakyBackend(infra_first=10_000)
+    d = daemon_factory(backend=backend, fault_threshold=0)  # the client's retries only
     with _farm(d, tmp_path, max_resubmits=1) as farm:
         farm.submit("s1", "L1/1", fake_source("OK", 2.0))
         out = farm.wait(["s1"], 60)["s1"]
-    assert out.verdict == "INFRA_ERROR" and out.infra and not out.ok
+    assert out.verdict is Outcome.INFRA_ERROR and out.infra and not out.ok
     assert out.speedup is None and out.attempts == 2
+    assert backend.started == 2
+
+
+def test_outcomes_are_an_enum_and_unknown_ones_are_refused():
+    assert FarmOutcome("a", "PARSE_FAILURE").verdict is Outcome.PARSE_FAILURE
+    assert FarmOutcome("a", Outcome.LOST).infra and not FarmOutcome("a", Outcome.INCORRECT).infra
+    with pytest.raises(ValueError):
+        FarmOutcome("a", "MAYBE")
+
+
+def test_bad_farm_options_are_refused_before_anything_starts():
+    with pytest.raises(FarmError, match="num_corectness_inputs"):
+        FarmSettings(options={"num_corectness_inputs": 10})
+    with pytest.raises(FarmError, match="timing_budget_s"):
+        FarmSettings(options={"timing_budget_s": "fast"})
+    FarmSettings(options={"num_correctness_inputs": 10, "timing_budget_s": 1.0})
+
+
+def test_submission_is_shuffled_per_step_and_capacity_is_read(daemon_factory, tmp_path, caplog):
+    d = daemon_factory(backend=FakeBackend())
+    with _farm(d, tmp_path) as farm:
+        assert farm.slots >= 1
+        items = [(f"s{i}", "L1/1", fake_source("OK", 1.0 + i / 100), {}) for i in range(12)]
+        order_a = farm.submit_many(items[:6], seed="step-1")
+        order_b = farm.submit_many(items[6:], seed="step-2")
+        given_a, given_b = [it[0] for it in items[:6]], [it[0] for it in items[6:]]
+        assert sorted(order_a) == sorted(given_a) and sorted(order_b) == sorted(given_b)
+        assert (order_a, order_b) != (given_a, given_b)  # shuffled (both sorted: 1 in 518400)
+        assert farm.submit_many([], seed="step-1") == []
+        got = farm.wait(order_a + order_b, 60)
+        assert all(o.ok for o in got.values())
+        with caplog.at_level("WARNING"):
+            assert not farm.check_step_size(4 * farm.slots + 1)
+        assert "add farm GPUs" in caplog.text
+        assert farm.check_step_size(farm.slots)
 
 
 def test_wait_is_bounded_and_a_late_result_is_dropped(daemon_factory, tmp_path):
@@ -63,7 +99,7 @@ def test_wait_is_bounded_and_a_late_result_is_dropped(daemon_factory, tmp_path):
         t0 = time.monotonic()
         out = farm.wait(["slow"], 0.3)["slow"]
         assert time.monotonic() - t0 < 5
-        assert out.verdict == "LOST" and out.infra
+        assert out.verdict is Outcome.LOST and out.infra
         farm.submit("fast", "L1/1", fake_source("OK", 3.0, salt="x"))
         time.sleep(2.5)
         got = farm.wait(["fast"], 30)

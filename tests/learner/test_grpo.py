@@ -24,8 +24,8 @@ from learner.grpo import (
     reference_logprobs,
     sequence_logprobs,
 )
+from learner.lm.model import Transformer
 from learner.losses import lm_loss_sum_count, token_logprobs
-from learner.model import Transformer
 from learner.train_step import (
     OptimizerConfig,
     create_train_state,

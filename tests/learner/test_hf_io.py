@@ -16,9 +16,9 @@ from safetensors.numpy import load_file, save_file
 from tiny_setup import flat_params
 from transformers import AutoModelForCausalLM
 
-from learner.config import ModelConfig, UnsupportedConfigError
-from learner.hf_io import INDEX_FILE, CheckpointMismatchError, load_hf_model, save_hf_model
-from learner.sharding import MeshConfig, make_mesh
+from learner.lm.config import ModelConfig, UnsupportedConfigError
+from learner.lm.hf_io import INDEX_FILE, CheckpointMismatchError, load_hf_model, save_hf_model
+from learner.lm.sharding import MeshConfig, make_mesh
 
 
 def _logits(model, tokens) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hf_fixtures import FAMILIES, hf_logits, save_hf_model_dir
 
-from learner.hf_io import load_hf_model
+from learner.lm.hf_io import load_hf_model
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -11,7 +11,7 @@ import jax
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from learner.sharding import DEFAULT_RULES, MeshConfig, MeshConfigError, fit_spec, spec_for_path
+from learner.lm.sharding import DEFAULT_RULES, MeshConfig, MeshConfigError, fit_spec, spec_for_path
 
 WORKER = Path(__file__).with_name("multidevice_worker.py")
 

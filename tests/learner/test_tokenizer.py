@@ -10,7 +10,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from learner.tokenizer import Tokenizer, TokenizerError
+from learner.lm.tokenizer import Tokenizer, TokenizerError
 
 CORPUS = [
     "__global__ void add(float* a, float* b, float* c, int n) {",
@@ -79,3 +79,38 @@ def test_missing_files_raise(tmp_path: Path) -> None:
     (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<nope>"}))
     with pytest.raises(TokenizerError, match="not in vocab"):
         Tokenizer.from_dir(d)
+
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content']"
+    " + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("where", ["tokenizer_config", "jinja_file"])
+def test_chat_template_renders_like_transformers(tmp_path: Path, where: str) -> None:
+    d = build_tokenizer_dir(tmp_path / "tok")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    if where == "tokenizer_config":
+        cfg["chat_template"] = [{"name": "default", "template": CHATML}, {"name": "tool_use", "template": "x"}]
+    else:
+        (d / "chat_template.jinja").write_text(CHATML)
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    ours = Tokenizer.from_dir(d)
+    ref = PreTrainedTokenizerFast(tokenizer_file=str(d / "tokenizer.json"))
+    ref.chat_template = CHATML
+    msgs = [{"role": "system", "content": "be fast"}, {"role": "user", "content": TEXTS[0]}]
+    want = ref.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert ours.apply_chat_template(TEXTS[0], system="be fast") == want
+    assert ours.encode_prompt(TEXTS[0], chat=True) == ours.encode(
+        ours.apply_chat_template(TEXTS[0]), add_special_tokens=False)
+    assert ours.encode_prompt(TEXTS[0], chat=False) == ours.encode(TEXTS[0], add_bos=True)
+
+
+def test_without_a_template_prompts_stay_plain_text(tmp_path: Path) -> None:
+    t = Tokenizer.from_dir(build_tokenizer_dir(tmp_path / "tok"))
+    assert t.chat_template is None
+    assert t.encode_prompt(TEXTS[1], chat=True) == t.encode(TEXTS[1], add_bos=True)
+    with pytest.raises(TokenizerError, match="no chat template"):
+        t.apply_chat_template("x")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from learner.config import ModelConfig
+from learner.lm.config import ModelConfig
 
 TINY_CFG = ModelConfig(
     vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -24,7 +24,7 @@ def tiny_batch(step: int, batch: int = 8, seq: int = 32, vocab: int = 128) -> di
 def flat_params(state) -> dict[str, np.ndarray]:
     import jax
 
-    from learner.sharding import path_to_str
+    from learner.lm.sharding import path_to_str
 
     return {
         path_to_str(p): np.asarray(jax.device_get(x))

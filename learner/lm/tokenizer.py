@@ -1,8 +1,10 @@
 """Tokenizer wrapper over `tokenizers` with HF special-token / EOS discovery.
 
 EOS ids are the union of (in this order): generation_config.json `eos_token_id`, config.json
-`eos_token_id`, and the id of tokenizer_config.json `eos_token`. Prompts are encoded as plain text
-(no chat template); `add_bos` prepends the BOS id when the model has one and the tokenizer's
+`eos_token_id`, and the id of tokenizer_config.json `eos_token`. An Instruct checkpoint's chat
+template (tokenizer_config.json `chat_template`, or chat_template.jinja) is kept and rendered by
+`apply_chat_template` / `encode_prompt(text, chat=True)`; plain `encode` is plain text;
+`add_bos` prepends the BOS id when the model has one and the tokenizer's
 post-processor did not already add it.
 """
 
@@ -35,6 +37,18 @@ def _token_content(tok: Any) -> str | None:
     return str(tok)
 
 
+def _chat_template(tcfg: dict[str, Any], jinja_file: Path) -> str | None:
+    """tokenizer_config.json `chat_template` (a string, or a list of named templates: "default"),
+    else a chat_template.jinja next to it, else None."""
+    t = tcfg.get("chat_template")
+    if isinstance(t, list):
+        named = {x.get("name"): x.get("template") for x in t if isinstance(x, dict)}
+        t = named.get("default") or next(iter(named.values()), None)
+    if isinstance(t, str) and t:
+        return t
+    return jinja_file.read_text() if jinja_file.is_file() else None
+
+
 def _as_id_list(x: Any) -> list[int]:
     if x is None:
         return []
@@ -52,6 +66,7 @@ class Tokenizer:
     bos_id: int | None = None
     pad_id: int | None = None
     special_tokens: dict[str, str] = dataclasses.field(default_factory=dict)
+    chat_template: str | None = None  # Jinja template of an Instruct checkpoint
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> Tokenizer:
@@ -108,7 +123,38 @@ class Tokenizer:
         pad = pad_list[0] if pad_list else token_id("pad_token")
         if not eos:
             log.warning("no EOS token found for %s; generation stops only on length", tokenizer_json)
-        return cls(tok=tok, eos_ids=eos, bos_id=bos, pad_id=pad, special_tokens=special)
+        template = _chat_template(tcfg, Path(tokenizer_json).parent / "chat_template.jinja")
+        return cls(tok=tok, eos_ids=eos, bos_id=bos, pad_id=pad, special_tokens=special,
+                   chat_template=template)
+
+    def apply_chat_template(self, user_text: str, system: str | None = None) -> str:
+        """The prompt text an Instruct checkpoint expects: one user turn (after an optional
+        system turn) and the opening of the assistant's turn (`add_generation_prompt`).
+
+        Rendered like transformers does: a sandboxed Jinja environment with `messages`,
+        `add_generation_prompt`, the special tokens and `raise_exception`."""
+        if not self.chat_template:
+            raise TokenizerError("this tokenizer has no chat template")
+        from jinja2.exceptions import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            raise TemplateError(message)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.globals["raise_exception"] = raise_exception
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user_text}]
+        return env.from_string(self.chat_template).render(
+            messages=messages, add_generation_prompt=True, **self.special_tokens)
+
+    def encode_prompt(self, text: str, *, chat: bool) -> list[int]:
+        """A prompt's ids: through the chat template when `chat` (and one exists), else plain
+        text after BOS."""
+        if chat and self.chat_template:
+            return self.encode(self.apply_chat_template(text), add_special_tokens=False)
+        return self.encode(text, add_bos=True)
 
     @property
     def vocab_size(self) -> int:

@@ -25,9 +25,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from learner.attention import causal_attention, decode_attention, resolve_attention_impl
-from learner.config import ModelConfig
-from learner.rope import apply_rope, inverse_frequencies, rope_cos_sin
+from learner.lm.attention import causal_attention, decode_attention, resolve_attention_impl
+from learner.lm.config import ModelConfig
+from learner.lm.rope import apply_rope, inverse_frequencies, rope_cos_sin
+from learner.lm.sharding import constrain
 
 # One (k, v) pair per layer, each [B, K, T, D] in compute dtype.
 KVCache = tuple[tuple[jax.Array, jax.Array], ...]
@@ -97,7 +98,8 @@ class Attention(nnx.Module):
         v = self.v_proj(x).reshape(b, s, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return constrain(q, "heads"), constrain(k, "heads"), constrain(v, "heads")
 
     def __call__(
         self,
@@ -132,6 +134,7 @@ class Attention(nnx.Module):
         v_cache = jax.lax.dynamic_update_slice(
             v_cache, v.transpose(0, 2, 1, 3).astype(v_cache.dtype), (0, 0, index, 0)
         )
+        k_cache, v_cache = constrain(k_cache, "cache"), constrain(v_cache, "cache")
         out = decode_attention(q[:, 0], k_cache, v_cache, key_valid)
         return self.o_proj(out.reshape(b, 1, -1)), (k_cache, v_cache)
 
@@ -144,7 +147,8 @@ class MLP(nnx.Module):
         self.down_proj = Dense(f, d, bias=cfg.mlp_bias, cfg=cfg, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        h = constrain(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x), "ffn")
+        return constrain(self.down_proj(h), "hidden")
 
 
 class DecoderLayer(nnx.Module):
@@ -163,8 +167,8 @@ class DecoderLayer(nnx.Module):
         key_valid: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         a, kv = self.self_attn(self.input_layernorm(x), cos, sin, impl, key_valid)
-        x = x + a
-        return x + self.mlp(self.post_attention_layernorm(x)), kv
+        x = constrain(x + a, "hidden")
+        return constrain(x + self.mlp(self.post_attention_layernorm(x)), "hidden"), kv
 
     def decode(
         self,
@@ -251,7 +255,7 @@ class Transformer(nnx.Module):
             positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
         cos, sin = self.rope_tables(positions)
         impl = self.attention_impl
-        x = self.embed(tokens)
+        x = constrain(self.embed(tokens), "hidden")
         kvs: list[tuple[jax.Array, jax.Array]] = []
         for layer in self.layers:
             if self.cfg.remat:
@@ -267,7 +271,7 @@ class Transformer(nnx.Module):
                 x, kv = layer(x, cos, sin, impl, key_valid)
             if collect_kv:
                 kvs.append(kv)
-        return self.norm(x), kvs
+        return constrain(self.norm(x), "hidden"), kvs
 
     def __call__(self, tokens: jax.Array, positions: jax.Array | None = None) -> jax.Array:
         hidden, _ = self.hidden_states(tokens, positions)
@@ -292,7 +296,7 @@ class Transformer(nnx.Module):
             vc = jax.lax.dynamic_update_slice(
                 jnp.zeros(shape, cdt), v.transpose(0, 2, 1, 3).astype(cdt), (0, 0, 0, 0)
             )
-            cache.append((kc, vc))
+            cache.append((constrain(kc, "cache"), constrain(vc, "cache")))
         return hidden, tuple(cache)
 
     def decode_step(
@@ -308,7 +312,7 @@ class Transformer(nnx.Module):
         Returns float32 logits [B, V] and the updated caches.
         """
         cos, sin = self.rope_tables(positions[:, None])
-        x = self.embed(tokens[:, None])
+        x = constrain(self.embed(tokens[:, None]), "hidden")
         new_cache = []
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             x, layer_cache = layer.decode(x, cos, sin, layer_cache, index, key_valid)

@@ -7,10 +7,13 @@ not divide evenly, so one rule set works for every model size and every mesh, in
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import functools
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -131,6 +134,116 @@ def shard_tree(tree: Any, mesh: Mesh, rules: PartitionRules = DEFAULT_RULES) -> 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     """Leading (batch) dim over data+fsdp, the rest replicated."""
     return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+
+
+def batch_size_multiple(mesh: Mesh) -> int:
+    """Rows of a batch must be a multiple of this to be split over the batch axes."""
+    return int(np.prod([mesh.shape[a] for a in BATCH_AXES]))
+
+
+def shard_batch(batch: Any, mesh: Mesh | None) -> Any:
+    """Place a host batch (dict of arrays, leading dim = rows) on the mesh, rows over data+fsdp.
+
+    Single process: `jax.device_put`. Multi-process: every process passes the rows it owns
+    (its slice of the global batch, in process order) and the global array is assembled with
+    `jax.make_array_from_process_local_data`. A leading dim that the batch axes do not divide
+    is replicated (correct, just not parallel), with a warning; across processes that is an
+    error (MeshConfigError), since each process holds different rows.
+    """
+    if mesh is None:
+        return jax.tree.map(jax.numpy.asarray, batch)
+
+    def one(x: Any) -> jax.Array:
+        x = np.asarray(x)
+        spec = fit_spec(P(BATCH_AXES), x.shape[:1], mesh) if x.ndim else P()
+        if x.ndim and spec == P(None) and mesh.size > 1:
+            _warn_replicated(int(x.shape[0]), batch_size_multiple(mesh))
+        sharding = NamedSharding(mesh, spec)
+        if jax.process_count() > 1:
+            if x.ndim and spec == P(None):
+                raise MeshConfigError(
+                    f"{x.shape[0]} rows per process do not split over this process's share of the "
+                    f"{batch_size_multiple(mesh)} batch shards; use a multiple of "
+                    f"{batch_size_multiple(mesh) // jax.process_count()} rows per process")
+            return jax.make_array_from_process_local_data(sharding, x)
+        return jax.device_put(x, sharding)
+
+    return jax.tree.map(one, batch)
+
+
+def host_local_rows(x: jax.Array, mesh: Mesh | None) -> np.ndarray:
+    """The rows of a row-sharded global array that this process placed (all of them, when single
+    process): the inverse of `shard_batch` for results such as generated tokens."""
+    if mesh is None or jax.process_count() == 1:
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    local = multihost_utils.global_array_to_host_local_array(x, mesh, P(BATCH_AXES))
+    return np.asarray(local)
+
+
+def global_max(value: int) -> int:
+    """max of an int over all processes (itself when single process): agreeing on shapes."""
+    if jax.process_count() == 1:
+        return int(value)
+    from jax.experimental import multihost_utils
+
+    return int(np.max(multihost_utils.process_allgather(np.asarray(value, np.int64))))
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_replicated(rows: int, shards: int) -> None:
+    log.warning("a batch of %d rows is not a multiple of the %d batch shards: replicated "
+                "(correct, not parallel); use batch sizes that are multiples of %d",
+                rows, shards, shards)
+
+
+# ----------------------------------------------------------------------------- activations
+# The mesh that activation constraints refer to while a step is traced (None: no constraints,
+# e.g. a model used outside any mesh). Set by `activation_mesh`, read by `constrain`.
+_ACTIVATION_MESH: contextvars.ContextVar[Mesh | None] = contextvars.ContextVar(
+    "activation_mesh", default=None
+)
+
+
+@contextlib.contextmanager
+def activation_mesh(mesh: Mesh | None) -> Iterator[None]:
+    """Trace model code under this context to pin its activations to `mesh` (see `constrain`)."""
+    token = _ACTIVATION_MESH.set(mesh)
+    try:
+        yield
+    finally:
+        _ACTIVATION_MESH.reset(token)
+
+
+def current_activation_mesh() -> Mesh | None:
+    return _ACTIVATION_MESH.get()
+
+
+# Activation layouts by role; the leading dim is always the batch (rows).
+ACTIVATION_SPECS: dict[str, P] = {
+    "hidden": P(BATCH_AXES, None, None),  # [B, S, d]
+    "heads": P(BATCH_AXES, None, "tensor", None),  # [B, S, H, D]
+    "ffn": P(BATCH_AXES, None, "tensor"),  # [B, S, F]
+    "rows": P(BATCH_AXES),  # [B, ...] anything with rows first
+    "cache": P(BATCH_AXES, "tensor", None, None),  # [B, K, T, D] KV cache
+    "micro": P(None, BATCH_AXES),  # [n, B/n, ...] micro-batches (learner.microbatch)
+}
+
+
+def constrain(x: jax.Array, role: str) -> jax.Array:
+    """`with_sharding_constraint` of an activation to its role's layout on the activation mesh.
+
+    Without a constraint XLA's partitioner is free to all-gather the batch next to weights
+    sharded along their contracting dimension (FSDP), so every device would hold full-batch
+    activations; pinning the rows to the batch axes keeps per-device activation memory and
+    FLOPs at 1/N. Axes that do not divide a dimension are dropped (same code on 1..N devices).
+    """
+    mesh = _ACTIVATION_MESH.get()
+    if mesh is None or mesh.size == 1:
+        return x
+    spec = fit_spec(ACTIVATION_SPECS[role], x.shape, mesh)
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
 
 def create_sharded_model(

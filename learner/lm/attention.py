@@ -48,7 +48,42 @@ def causal_attention(
         return jax.nn.dot_product_attention(
             q, k, v, scale=scale, is_causal=True, implementation="cudnn"
         )
+    if key_valid is not None and q.shape[1] > PREFILL_QUERY_CHUNK:
+        return _chunked_causal_attention(q, k, v, scale=scale, key_valid=key_valid,
+                                         chunk=PREFILL_QUERY_CHUNK)
     return _xla_causal_attention(q, k, v, scale=scale, key_valid=key_valid)
+
+
+# Prefill (masked, forward only) runs its queries in blocks of this many rows, so the float32
+# scores that exist at once are [B, H, chunk, S] instead of [B, H, S, S]: for 8 rows of a
+# 4096-token prompt with 12 heads, 0.8 GB per layer instead of 6.4 GB.
+PREFILL_QUERY_CHUNK = 512
+
+
+def _chunked_causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, *, scale: float, key_valid: jax.Array, chunk: int
+) -> jax.Array:
+    """`_xla_causal_attention` computed for `chunk` queries at a time (lax.map over blocks)."""
+    b, s, h, d = q.shape
+    kh = k.shape[2]
+    g = h // kh
+    n = -(-s // chunk)
+    qp = jnp.pad(q, ((0, 0), (0, n * chunk - s), (0, 0), (0, 0)))
+    blocks = qp.reshape(b, n, chunk, kh, g, d).transpose(1, 0, 2, 3, 4, 5)
+    key_pos = jnp.arange(s)
+
+    def one(args: tuple[jax.Array, jax.Array]) -> jax.Array:
+        qb, start = args
+        scores = jnp.einsum("bckgd,btkd->bkgct", qb, k, preferred_element_type=jnp.float32) * scale
+        q_pos = start + jnp.arange(chunk)
+        mask = (key_pos[None, :] <= q_pos[:, None])[None, None, None]
+        mask = mask & key_valid[:, None, None, None, :]
+        probs = jax.nn.softmax(jnp.where(mask, scores, _NEG_INF), axis=-1).astype(v.dtype)
+        return jnp.einsum("bkgct,btkd->bckgd", probs, v, preferred_element_type=jnp.float32)
+
+    out = jax.lax.map(one, (blocks, jnp.arange(n) * chunk))  # [n, b, chunk, kh, g, d]
+    out = out.transpose(1, 0, 2, 3, 4, 5).reshape(b, n * chunk, h, d)[:, :s]
+    return out.astype(q.dtype)
 
 
 def _xla_causal_attention(

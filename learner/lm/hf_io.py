@@ -28,9 +28,9 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from learner.config import ModelConfig
-from learner.model import Transformer
-from learner.sharding import DEFAULT_RULES, PartitionRules, path_to_str, tree_shardings
+from learner.lm.config import ModelConfig
+from learner.lm.model import Transformer
+from learner.lm.sharding import DEFAULT_RULES, PartitionRules, path_to_str, tree_shardings
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def save_hf_model(
     Only process 0 writes; all processes must call this (gathers are collective).
     Returns the written safetensors files.
     """
-    from learner.config import dtype_from_name
+    from learner.lm.config import dtype_from_name
 
     cfg = model.cfg
     out_dtype = np.dtype(dtype_from_name(dtype or cfg.param_dtype))

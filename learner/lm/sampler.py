@@ -2,8 +2,15 @@
 
 * Prompts are left-padded to a bucketed length P, so every row writes its next k/v into the same
   cache slot (P + i); rotary positions are per row (prompt_len + i) and padded slots are masked.
-* Cache length T = bucket(P + max_new_tokens); buckets are powers of two (>= `min_bucket`) or a
-  configured list, so a run compiles only a handful of shapes (batch size is the other key).
+* Cache length T = bucket(P + max_new_tokens); buckets are powers of two (>= `min_bucket`) up to
+  `bucket_multiple` (512) and multiples of it above (a 4k prompt + 3k response gets 7168, not
+  8192), or a configured list, so a run compiles only a handful of shapes.
+* Rollout copy: on a mesh the sampler decodes from its own copy of the weights, cast to
+  `rollout_dtype` (bf16) and resharded by `ROLLOUT_RULES` (replicated over the batch axes,
+  tensor-parallel on "tensor"), made on device by one jitted call after each update
+  (`update_params`). Rows, and with them the KV cache, are split over the batch axes.
+* Shared prefill: `generate(..., group=G)` with G copies of each prompt in a row prefills each
+  distinct prompt once and repeats its cache G times.
 * Per-token log-probabilities returned with the tokens are log softmax(logits)[token] of the
   model at temperature 1.0, before temperature / top-p are applied: exactly the
   log p_theta(token | prefix) the training side (`learner.losses.token_logprobs`) computes.
@@ -25,7 +32,25 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner.model import Transformer
+from learner.lm.model import Transformer
+from learner.lm.sharding import (
+    activation_mesh,
+    global_max,
+    host_local_rows,
+    shard_batch,
+    tree_shardings,
+)
+
+# Decoding layout of the weights: rows are split over the batch axes, so every device needs
+# every weight (no FSDP gathers per token); only "tensor" splits them.
+ROLLOUT_RULES: tuple[tuple[str, Any], ...] = (
+    (r"embed_tokens/embedding$", jax.sharding.PartitionSpec("tensor", None)),
+    (r"(q_proj|k_proj|v_proj|gate_proj|up_proj)/kernel$", jax.sharding.PartitionSpec(None, "tensor")),
+    (r"(q_proj|k_proj|v_proj|gate_proj|up_proj)/bias$", jax.sharding.PartitionSpec("tensor")),
+    (r"(o_proj|down_proj)/kernel$", jax.sharding.PartitionSpec("tensor", None)),
+    (r"lm_head/kernel$", jax.sharding.PartitionSpec(None, "tensor")),
+    (r".*", jax.sharding.PartitionSpec()),
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +79,41 @@ class SampleResult:
         return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths, strict=True)]
 
 
-def bucket_length(n: int, buckets: Sequence[int] | None, min_bucket: int = 16) -> int:
-    """Smallest configured bucket >= n (or the next power of two >= max(n, min_bucket))."""
+def bucket_length(n: int, buckets: Sequence[int] | None, min_bucket: int = 16,
+                  multiple: int = 512) -> int:
+    """Smallest configured bucket >= n; without a list, the next power of two >= max(n,
+    min_bucket) up to `multiple`, and the next multiple of `multiple` above it."""
     if buckets:
         for b in sorted(buckets):
             if b >= n:
                 return b
         raise SamplerError(f"length {n} exceeds the largest bucket {max(buckets)}")
-    return max(min_bucket, 1 << max(0, (n - 1).bit_length()))
+    pow2 = max(min_bucket, 1 << max(0, (n - 1).bit_length()))
+    if multiple > 0 and pow2 > multiple:
+        return -(-n // multiple) * multiple
+    return pow2
+
+
+def _cast_matrices(tree: Any, dtype: Any) -> Any:
+    """Cast float weight matrices (ndim >= 2) to `dtype`; norms' scales and biases keep theirs.
+
+    With `dtype` = the model's compute dtype this changes no result: every matmul casts its
+    weight to the compute dtype anyway, so the rollout copy computes what the trainer computes.
+    """
+
+    def one(x: jax.Array) -> jax.Array:
+        return x.astype(dtype) if x.ndim >= 2 and jnp.issubdtype(x.dtype, jnp.floating) else x
+
+    return jax.tree.map(one, tree)
+
+
+@functools.partial(jax.jit, static_argnames=("dtype", "out_shardings_key"))
+def _to_rollout(params: Any, *, dtype: str, out_shardings_key: Any) -> Any:
+    out = _cast_matrices(params, jnp.dtype(dtype))
+    if out_shardings_key is not None:
+        mesh, rules = out_shardings_key
+        out = jax.lax.with_sharding_constraint(out, tree_shardings(out, mesh, rules))
+    return out
 
 
 def _top_p_filter(logits: jax.Array, top_p: jax.Array) -> jax.Array:
@@ -88,7 +140,8 @@ def _choose(
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "max_new", "cache_len", "greedy", "use_top_p", "pad_id"),
+    static_argnames=("graphdef", "max_new", "cache_len", "greedy", "use_top_p", "pad_id", "mesh",
+                     "group"),
 )
 def _generate(
     graphdef: Any,
@@ -105,15 +158,40 @@ def _generate(
     greedy: bool,
     use_top_p: bool,
     pad_id: int,
+    mesh: Any = None,
+    group: int = 1,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """`prompt` [B/group, P] distinct prompts; rows r*group .. r*group+group-1 continue prompt r."""
+    with activation_mesh(mesh):
+        return _generate_body(graphdef, params, prompt, prompt_len, rng, eos_ids, temperature,
+                              top_p, max_new=max_new, cache_len=cache_len, greedy=greedy,
+                              use_top_p=use_top_p, pad_id=pad_id, group=group)
+
+
+def _generate_body(
+    graphdef: Any, params: Any, prompt: jax.Array, prompt_len: jax.Array, rng: jax.Array,
+    eos_ids: jax.Array, temperature: jax.Array, top_p: jax.Array, *, max_new: int,
+    cache_len: int, greedy: bool, use_top_p: bool, pad_id: int, group: int,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    from learner.lm.sharding import constrain
+
     model: Transformer = nnx.merge(graphdef, params)
-    b, p = prompt.shape
+    u, p = prompt.shape
     pad = p - prompt_len
     idx = jnp.arange(p, dtype=jnp.int32)[None, :]
     prompt_valid = idx >= pad[:, None]
     positions = jnp.maximum(idx - pad[:, None], 0)
     hidden, cache = model.prefill(prompt, positions, prompt_valid, cache_len)
     logits = model.logits(hidden[:, -1])
+    if group > 1:  # one prefill per distinct prompt, its cache shared by the group's rows
+
+        def rep(x: jax.Array) -> jax.Array:
+            return jnp.repeat(x, group, axis=0)
+
+        logits, prompt_valid, prompt_len = rep(logits), rep(prompt_valid), rep(prompt_len)
+        cache = tuple((constrain(rep(k), "cache"), constrain(rep(v), "cache")) for k, v in cache)
+    b = u * group
+    logits = constrain(logits, "rows")
     key_valid = jnp.zeros((b, cache_len), bool).at[:, :p].set(prompt_valid)
 
     out_tok, out_lp, done, n_steps, _ = decode_loop(
@@ -187,42 +265,66 @@ class Sampler:
         prompt_buckets: Sequence[int] | None = None,
         cache_buckets: Sequence[int] | None = None,
         min_bucket: int = 16,
+        bucket_multiple: int = 512,
+        mesh: jax.sharding.Mesh | None = None,
+        rollout_dtype: str | None = None,
     ):
-        self.graphdef, self.params = nnx.split(model)
+        """`mesh`: decode on it from a copy laid out by `ROLLOUT_RULES` (None: weights stay
+        where they are). Weight matrices of the copy are stored in `rollout_dtype` (default:
+        the model's compute dtype, e.g. bf16 for fp32 params with bf16 compute)."""
+        self.graphdef, params = nnx.split(model)
         self.pad_id = pad_id
         self.prompt_buckets = tuple(prompt_buckets) if prompt_buckets else None
         self.cache_buckets = tuple(cache_buckets) if cache_buckets else None
         self.min_bucket = min_bucket
+        self.bucket_multiple = bucket_multiple
+        self.mesh = mesh
+        self.rollout_dtype = rollout_dtype or jnp.dtype(model.cfg.jnp_compute_dtype).name
+        self.update_params(params)
 
     def update_params(self, model_or_params: Any) -> None:
-        """Use new weights (same graph) without recompiling."""
-        if isinstance(model_or_params, nnx.Module):
-            _, self.params = nnx.split(model_or_params)
-        else:
-            self.params = model_or_params
+        """Use new weights (same graph) without recompiling: on a mesh, one jitted on-device
+        cast + reshard of the trainer's params into the rollout copy (no host round trip)."""
+        params = nnx.split(model_or_params)[1] if isinstance(model_or_params, nnx.Module) else model_or_params
+        if self.mesh is None and all(x.dtype == jnp.dtype(self.rollout_dtype) or x.ndim < 2
+                                     for x in jax.tree.leaves(params)):
+            self.params = params
+            return
+        key = (self.mesh, ROLLOUT_RULES) if self.mesh is not None else None
+        self.params = _to_rollout(params, dtype=self.rollout_dtype, out_shardings_key=key)
 
     def shapes_for(self, max_prompt_len: int, max_new_tokens: int) -> tuple[int, int]:
-        p = bucket_length(max_prompt_len, self.prompt_buckets, self.min_bucket)
-        t = bucket_length(p + max_new_tokens, self.cache_buckets, self.min_bucket)
+        p = bucket_length(max_prompt_len, self.prompt_buckets, self.min_bucket, self.bucket_multiple)
+        t = bucket_length(p + max_new_tokens, self.cache_buckets, self.min_bucket, self.bucket_multiple)
         return p, t
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], cfg: SamplingConfig, rng: jax.Array
+        self, prompts: Sequence[Sequence[int]], cfg: SamplingConfig, rng: jax.Array,
+        group: int = 1,
     ) -> SampleResult:
+        """Completions for `prompts`. `group` > 1: consecutive runs of `group` equal prompts
+        share one prefill (falls back to one prefill per row when they are not equal).
+
+        In a multi-process run every process passes its own rows (the same number in each) and
+        gets their completions back; the prompt bucket is agreed over all processes."""
         if not prompts or any(len(pr) == 0 for pr in prompts):
             raise SamplerError("every prompt needs at least one token")
-        lens = np.array([len(pr) for pr in prompts], np.int32)
-        p, t = self.shapes_for(int(lens.max()), cfg.max_new_tokens)
-        batch = np.full((len(prompts), p), self.pad_id, np.int32)
-        for row, pr in enumerate(prompts):
+        if group > 1 and not _grouped(prompts, group):
+            group = 1
+        distinct = list(prompts[::group])
+        lens = np.array([len(pr) for pr in distinct], np.int32)
+        p, t = self.shapes_for(global_max(int(lens.max())), cfg.max_new_tokens)
+        batch = np.full((len(distinct), p), self.pad_id, np.int32)
+        for row, pr in enumerate(distinct):
             batch[row, p - len(pr):] = pr
         greedy = cfg.temperature == 0.0
         eos = np.array(cfg.eos_ids or (-1,), np.int32)
+        placed = shard_batch({"prompt": batch, "lens": lens}, self.mesh)
         toks, lps, done, _ = _generate(
             self.graphdef,
             self.params,
-            jnp.asarray(batch),
-            jnp.asarray(lens),
+            placed["prompt"],
+            placed["lens"],
             rng,
             jnp.asarray(eos),
             jnp.float32(cfg.temperature if not greedy else 1.0),
@@ -232,8 +334,11 @@ class Sampler:
             greedy=greedy,
             use_top_p=(not greedy) and cfg.top_p < 1.0,
             pad_id=self.pad_id,
+            mesh=self.mesh,
+            group=group,
         )
-        return self._finish(np.asarray(toks), np.asarray(lps), np.asarray(done), cfg)
+        toks, lps, done = (host_local_rows(x, self.mesh) for x in (toks, lps, done))
+        return self._finish(toks, lps, done, cfg)
 
     def _finish(
         self, toks: np.ndarray, lps: np.ndarray, done: np.ndarray, cfg: SamplingConfig
@@ -255,6 +360,12 @@ class Sampler:
             lengths[r] = n
             reasons.append(reason)
         return SampleResult(tokens=toks, logprobs=lps, lengths=lengths, finish_reasons=reasons)
+
+
+def _grouped(prompts: Sequence[Sequence[int]], group: int) -> bool:
+    if len(prompts) % group:
+        return False
+    return all(list(prompts[i]) == list(prompts[i - i % group]) for i in range(len(prompts)))
 
 
 def _first_stop_end(row: list[int], stops: Sequence[Sequence[int]]) -> int | None:

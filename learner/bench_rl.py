@@ -1,0 +1,89 @@
+"""One GRPO step end to end on a random model: rollout, reference log-probs, micro-batched update.
+
+The step is what `learner.train.run_rl` does per step minus the farm: `prompts` distinct prompts of
+`prompt_len` random tokens, `group` samples of each (one shared prefill per prompt) decoded to
+`max_new` tokens from the bf16 rollout copy, reference log-probs from a compute-dtype reference
+copy, then one GRPO update with `micro_batch_tokens` tokens per micro-batch and the refresh of the
+rollout copy. Random weights never emit EOS, so every row decodes `max_new` tokens: the
+worst case of a static batch. The first step compiles; the timed step is the second.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from learner.grpo import GRPOConfig, make_grpo_loss
+from learner.lm.config import ModelConfig
+from learner.lm.model import Transformer
+from learner.lm.sampler import Sampler, SamplingConfig
+from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
+from learner.scale import batch_reference_logprobs, micro_batches_for, reference_copy, step
+from learner.train_step import OptimizerConfig, create_train_state, make_optimizer
+
+
+def _peak_gb() -> float | None:
+    try:
+        stats = jax.local_devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001 - backends without memory stats
+        return None
+    peak = stats.get("peak_bytes_in_use")
+    return None if peak is None else peak / 1e9
+
+
+def _batch(prompts: np.ndarray, group: int, tokens: np.ndarray, logprobs: np.ndarray,
+           rng: np.random.Generator) -> dict[str, np.ndarray]:
+    rows, new = tokens.shape
+    p = prompts.shape[1]
+    full = np.concatenate([np.repeat(prompts, group, axis=0), tokens], axis=1).astype(np.int32)
+    mask = np.zeros(full.shape, np.float32)
+    mask[:, p:] = 1.0
+    old = np.zeros(full.shape, np.float32)
+    old[:, p:] = logprobs
+    return {"tokens": full, "loss_mask": mask, "old_logprobs": old,
+            "advantages": rng.standard_normal(rows).astype(np.float32)}
+
+
+def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int, max_new: int,
+                  micro_batch_tokens: int, steps: int = 2, seed: int = 0) -> dict[str, Any]:
+    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1))
+    model = create_sharded_model(lambda: Transformer(cfg, rngs=nnx.Rngs(seed)), mesh)
+    tx = make_optimizer(OptimizerConfig(learning_rate=1e-6, grad_clip_norm=1.0))
+    state = create_train_state(model, tx, mesh=mesh)
+    del model
+    ref = reference_copy(state.params, jnp.dtype(cfg.jnp_compute_dtype).name)
+    sampler = Sampler(state.model, mesh=mesh, min_bucket=64)
+    loss_fn = make_grpo_loss(GRPOConfig(kl_coef=0.04))
+    rng = np.random.default_rng(seed)
+    sc = SamplingConfig(max_new_tokens=max_new, temperature=1.0)
+    runs = []
+    for i in range(steps):
+        distinct = rng.integers(0, cfg.vocab_size, (prompts, prompt_len)).astype(np.int32)
+        rows = [list(r) for r in np.repeat(distinct, group, axis=0)]
+        t0 = time.perf_counter()
+        res = sampler.generate(rows, sc, jax.random.PRNGKey(i), group=group)
+        t1 = time.perf_counter()
+        batch = _batch(distinct, group, res.tokens, res.logprobs, rng)
+        batch["ref_logprobs"] = batch_reference_logprobs(state, ref, batch, micro_batch_tokens)
+        t2 = time.perf_counter()
+        state, metrics = step(state, batch, loss_fn, micro_batch_tokens)
+        sampler.update_params(state.params)
+        jax.block_until_ready((metrics, sampler.params))
+        t3 = time.perf_counter()
+        runs.append(dict(rollout_s=t1 - t0, reference_s=t2 - t1, update_s=t3 - t2,
+                         step_s=t3 - t0, new_tokens=int(res.lengths.sum()),
+                         loss=float(metrics["loss"])))
+    last = runs[-1]
+    return dict(
+        prompts=prompts, group=group, prompt_len=prompt_len, max_new=max_new,
+        micro_batch_tokens=micro_batch_tokens,
+        micro_batches=micro_batches_for({"tokens": np.zeros((prompts * group, prompt_len + max_new))},
+                                        mesh, micro_batch_tokens),
+        rollout_tokens_per_s=last["new_tokens"] / last["rollout_s"],
+        peak_mem_gb=_peak_gb(), first_step_s=runs[0]["step_s"], **last,
+    )

@@ -1,0 +1,96 @@
+"""How the trainer steps at scale: batches placed on the mesh, micro-batches sized by tokens,
+a compute-dtype reference policy, and the memory plan checked at start.
+
+The stage loops in `learner.train` call these instead of the bare jitted functions, so the same
+loop runs on one device, on N devices of a host, and on several hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from learner.grpo import reference_logprobs
+from learner.lm.config import ModelConfig
+from learner.lm.sharding import batch_size_multiple, shard_batch
+from learner.memory_plan import (
+    HARDWARE_BYTES,
+    MemoryPlan,
+    PlanInputs,
+    device_memory_bytes,
+    plan_memory,
+)
+from learner.microbatch import micro_batch_count
+from learner.train_step import LossFn, TrainState, train_step
+
+log = logging.getLogger(__name__)
+
+
+def micro_batch_tokens(cfg: Any) -> int:
+    """`train.micro_batch_tokens` of a run config (0: the whole batch in one pass)."""
+    return int(cfg.train.micro_batch_tokens) if "train" in cfg else 0
+
+
+def micro_batches_for(batch: dict[str, np.ndarray], mesh: Mesh | None, tokens: int) -> int:
+    rows, seq = np.shape(batch["tokens"])
+    return micro_batch_count(rows, seq, tokens, batch_size_multiple(mesh) if mesh is not None else 1)
+
+
+def step(state: TrainState, batch: dict[str, np.ndarray], loss_fn: LossFn,
+         tokens_per_micro_batch: int = 0) -> tuple[TrainState, dict[str, jax.Array]]:
+    """Place the host batch on the state's mesh and take one (micro-batched) optimizer step."""
+    n = micro_batches_for(batch, state.mesh, tokens_per_micro_batch)
+    return train_step(state, shard_batch(batch, state.mesh), loss_fn, n)
+
+
+def reference_copy(params: Any, dtype: str) -> Any:
+    """The frozen reference policy's weights with matrices stored in `dtype` (on device).
+
+    With `dtype` = the model's compute dtype the reference computes exactly what the fp32 copy
+    would (every matmul casts its weight to the compute dtype), in half the memory.
+    """
+
+    def one(x: jax.Array) -> jax.Array:
+        return x.astype(dtype) if x.ndim >= 2 and jnp.issubdtype(x.dtype, jnp.floating) else x
+
+    return jax.jit(lambda p: jax.tree.map(one, p))(params)
+
+
+def reference_dtype(cfg: Any, model_cfg: ModelConfig) -> str:
+    name = str(cfg.rl.get("reference_dtype", "compute"))
+    return jnp.dtype(model_cfg.jnp_compute_dtype).name if name == "compute" else name
+
+
+def batch_reference_logprobs(state: TrainState, ref_params: Any, batch: dict[str, np.ndarray],
+                             tokens_per_micro_batch: int = 0) -> np.ndarray:
+    """Reference log-probs of a host batch, micro-batched like the update, on the state's mesh."""
+    n = micro_batches_for(batch, state.mesh, tokens_per_micro_batch)
+    placed = shard_batch({"tokens": batch["tokens"], "loss_mask": batch["loss_mask"]}, state.mesh)
+    out = reference_logprobs(state.graphdef, ref_params, placed["tokens"], placed["loss_mask"],
+                             micro_batches=n, mesh=state.mesh)
+    return np.asarray(jax.device_get(out))
+
+
+def run_memory_plan(cfg: Any, model_cfg: ModelConfig, mesh: Mesh) -> MemoryPlan:
+    """Print the run's per-device memory plan; refuse it (MemoryPlanError) when it cannot fit.
+
+    Device memory: `train.device_memory_gb`, else a named `train.hardware`, else what the
+    runtime reports; on CPU (nothing reported) the plan is printed and not enforced.
+    """
+    t = cfg.get("train", {})
+    gb = float(t.get("device_memory_gb", 0.0) or 0.0)
+    hw = str(t.get("hardware", "") or "")
+    device_bytes = gb * 1e9 if gb else HARDWARE_BYTES.get(hw) or device_memory_bytes()
+    inputs = PlanInputs.from_config(cfg, mesh.size)
+    plan = plan_memory(model_cfg.replace(param_dtype=str(cfg.model.param_dtype),
+                                         compute_dtype=str(cfg.model.compute_dtype)),
+                       inputs, device_bytes or float("inf"), float(t.get("memory_headroom", 0.9)))
+    log.info("%s", plan.format())
+    if device_bytes:
+        plan.check()
+    return plan

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The learner-at-scale measurements on one GPU host (docs/benchmarks.md, "Learner at scale"):
+#   1. the 7B memory plans for 8xH200 and a v5p-8 (shapes only, no GPU needed);
+#   2. `learner.bench --suite h100`: a random Qwen2.5-1.5B-shaped model, an RL step at G=16
+#      (8 prompts x 2k tokens, 2k-token responses, micro-batched; rollout / reference / update
+#      seconds, rollout tokens/s, peak memory), decode at batch 256 / context 4k against the
+#      measured-bandwidth HBM bound, and training MFU at sequence 4096 with micro-batching.
+# Logs, suite.json and suite.md (the table) go to $OUT (default ./bench-out). About 5-8 minutes
+# on one H100; no network.
+#
+#   OUT=/tmp/out scripts/gpu_learner_bench.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-bench-out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
+
+{
+  JAX_PLATFORMS=cpu "$PY" -m learner.memory_plan --model qwen2.5-7b --hardware h200 --devices 8 \
+      --config configs/gpu_cluster.py
+  JAX_PLATFORMS=cpu "$PY" -m learner.memory_plan --model qwen2.5-7b --hardware v5p --devices 4 \
+      --config configs/tpu_pod.py
+} 2>&1 | tee "$OUT/memory_plan.txt"
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv \
+    > "$OUT/gpu.csv" 2>&1 || true
+"$PY" -m learner.bench --suite h100 --out-dir "$OUT" 2>&1 | tee "$OUT/learner_bench.log"
+rc=${PIPESTATUS[0]}
+echo "== table ($OUT/suite.md) =="
+cat "$OUT/suite.md" 2>/dev/null
+exit "$rc"

@@ -1,0 +1,73 @@
+"""Two CPU processes of one `jax.distributed` job on loopback (4 simulated devices each) train and
+generate on one 8-device mesh, each from its own rows, and match a single-device run."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+WORKER = Path(__file__).with_name("multihost_worker.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _single_device_reference() -> dict[str, object]:
+    from multihost_worker import PROMPTS, global_rows, mh_cfg
+    from scaling_worker import LOSS, _mesh, _state
+
+    from learner.lm.sampler import Sampler, SamplingConfig
+    from learner.lm.sharding import shard_batch
+    from learner.train_step import train_step
+
+    mesh = _mesh(1)
+    state = _state(mesh, mh_cfg())
+    batch = shard_batch(global_rows(), mesh)
+    losses = []
+    for _ in range(2):
+        state, m = train_step(state, batch, LOSS, 2)
+        losses.append(float(m["loss"]))
+    checksum = float(sum((np.asarray(p, np.float64) ** 2).sum() for p in jax.tree.leaves(state.params)))
+    res = Sampler(state.model, mesh=mesh).generate(
+        PROMPTS, SamplingConfig(max_new_tokens=6, temperature=0.0), jax.random.PRNGKey(0))
+    return {"losses": losses, "checksum": checksum, "tokens": res.tokens.tolist()}
+
+
+@pytest.mark.slow
+def test_two_processes_on_loopback_match_one_device(tmp_path: Path) -> None:
+    port = _free_port()
+    out = tmp_path / "result.json"
+    procs = []
+    for pid in range(2):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu",
+               "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+               "LEARNER_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "LEARNER_NUM_PROCESSES": "2",
+               "LEARNER_PROCESS_ID": str(pid)}
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), str(out)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    logs = []
+    for p in procs:
+        try:
+            so, se = p.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        logs.append(so[-2000:] + se[-4000:])
+        assert p.returncode == 0, "\n".join(logs)
+    got = json.loads(out.read_text())
+    ref = _single_device_reference()
+    np.testing.assert_allclose(got["losses"], ref["losses"], rtol=1e-5)
+    np.testing.assert_allclose(got["checksum"], ref["checksum"], rtol=1e-5)
+    assert got["tokens"] == ref["tokens"]
