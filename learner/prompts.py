@@ -37,8 +37,8 @@ import ast
 import dataclasses
 import hashlib
 import logging
-import random
 import math
+import random
 import re
 from collections.abc import Sequence
 
