@@ -63,9 +63,9 @@ def _help(command: str, argv: list[str]) -> str:
     cfg, source = None, "configs/common.py"
     if path and Path(path).is_file():
         try:
-            from ml_collections import config_flags
+            from learner.config_check import load_config_file
 
-            cfg, source = config_flags.load_config_file(path), path
+            cfg, source = load_config_file(path), path
         except Exception:  # noqa: BLE001 - a broken file: fall back to the defaults
             cfg = None
     if cfg is None:
@@ -92,8 +92,16 @@ def _help(command: str, argv: list[str]) -> str:
 
 
 def _one_line(err: BaseException) -> str:
-    msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-    return " ".join(str(msg).split())
+    """The error's message on one line (a KeyError's message, not its escaped repr)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, KeyError) and seen.args:
+            return " ".join(str(seen.args[0]).split())
+        seen = seen.__cause__ or seen.__context__
+    msg = str(err)
+    if "\\n" in msg or "\\'" in msg:  # a message that embeds another error's repr
+        msg = msg.replace("\\n", " ").replace("\\'", "'")
+    return " ".join(msg.split()).replace("''", "'")
 
 
 def _config_flags(command: str, argv: list[str]) -> tuple[object, object]:

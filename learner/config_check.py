@@ -161,3 +161,17 @@ def describe_fields(cfg: Any, prefix: str = "") -> list[str]:
             line += f"   comma list of: {', '.join(LISTS[path])}"
         out.append(line)
     return out
+
+
+def load_config_file(path: str) -> Any:
+    """`get_config()` of a config .py file (what --config loads, without the flag machinery)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_learner_config_file", path)
+    if spec is None or spec.loader is None:
+        raise TrainConfigError(f"{path} is not a Python config file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise TrainConfigError(f"{path} defines no get_config()")
+    return module.get_config()

@@ -43,9 +43,9 @@ def _load_config(path: Path) -> Any:
     import ml_collections
 
     if path.suffix == ".py":
-        from ml_collections import config_flags
+        from learner.config_check import load_config_file
 
-        return config_flags.load_config_file(str(path))
+        return load_config_file(str(path))
     return ml_collections.ConfigDict(json.loads(path.read_text()))
 
 
