@@ -42,21 +42,22 @@ def get_config():
     c.selfsup.samples_per_task = 4
     c.selfsup.batch_size = 16
     c.selfsup.learning_rate = 3e-4
-    c.rl.steps = 20
+    c.rl.steps = 12
     c.rl.tasks_per_step = 6
     c.rl.group_size = 8
     c.rl.learning_rate = 3e-4
     c.rl.num_exemplars = 2
     c.rl.grpo.kl_coef = 0.01
-    c.eval.samples_per_task = 8
+    c.eval.samples_per_task = 6
     c.farm.options.num_correctness_inputs = 20
-    c.farm.options.timing_budget_s = 1.0
+    c.farm.options.timing_budget_s = 0.5
     c.checkpoint_every = 5
 
     c.experiment = ml_collections.ConfigDict()
     c.experiment.seeds = 3
     c.experiment.arms = "grpo,random,bucket"  # plain GRPO, random exemplars, bucket exemplars
     c.experiment.short = False  # True: the CI-sized version (minutes on 2 CPU cores, 1 seed)
+    c.experiment.report_only = False  # True: only (re)write the report from the runs that finished
     return c
 
 

@@ -208,6 +208,8 @@ def run_experiment(cfg: Any) -> dict[str, Path]:
     arms = arm_list(cfg)
     seeds = [int(cfg.seed) + i for i in range(int(cfg.experiment.seeds))]
     root = Path(cfg.workdir)
+    if cfg.experiment.report_only:  # e.g. after a time limit: report the runs that finished
+        return experiment_report(root, arms, seeds)
     cache = cfg.farm.local_cache_dir or str(root / "farm-cache")
     base = root / "base"
     log.info("experiment %s: base, then %d arm(s) x %d seed(s)", root, len(arms), len(seeds))
