@@ -33,7 +33,7 @@ def get_config():
     c.max_seq_len = 1152
     c.sampling.max_new_tokens = 256
     c.sampling.batch_size = 12
-    c.sft.steps = 120
+    c.sft.steps = 160
     c.sft.batch_size = 8
     c.sft.learning_rate = 3e-3
     c.selfsup.rounds = 1

@@ -68,7 +68,7 @@ def shorten(c: ml_collections.ConfigDict) -> None:
     c.max_seq_len = 1152
     c.sampling.max_new_tokens = 256
     c.sampling.batch_size = 8
-    c.sft.steps = 60
+    c.sft.steps = 150
     c.sft.batch_size = 8
     c.selfsup.rounds = 1
     c.selfsup.samples_per_task = 2
