@@ -641,9 +641,11 @@ def eval_forms(cfg: Any) -> list[str]:
 
 def frozen_exemplars(run: Run) -> dict[str, list[Exemplar]]:
     """The evaluation prompts' exemplars, fixed for the whole run (and shared with other runs
-    through `eval.exemplars_from`): per task the slowest and the fastest distinct known program
-    that the farm scored OK (`eval.num_exemplars` of them: slowest first, then fastest, then
-    the rest by speedup). Written to <workdir>/eval_exemplars.json on first use."""
+    through `eval.exemplars_from`): per task the slowed copy and the fast program when the farm
+    scored both OK (chosen by kind, not by score: a noisy CPU farm can swap their measured
+    order), else the slowest and the fastest distinct OK program; then the rest by speedup, up
+    to `eval.num_exemplars`. Shown with their measured speedups. Written to
+    <workdir>/eval_exemplars.json on first use."""
     path = run.workdir / "eval_exemplars.json"
     src = Path(run.cfg.eval.exemplars_from) if run.cfg.eval.exemplars_from else path
     if src.is_file():
@@ -653,9 +655,15 @@ def frozen_exemplars(run: Run) -> dict[str, list[Exemplar]]:
         data = {}
         n = int(run.cfg.eval.num_exemplars)
         for task in run.tasks:
-            ok = sorted({(measured[p.sha], p.name, p.code.strip()) for p in progs
-                         if p.task.task_id == task.task_id and p.sha in measured})
-            picked = ([ok[0], ok[-1]] if len(ok) >= 2 else ok) + ok[1:-1]
+            mine = [p for p in progs if p.task.task_id == task.task_id and p.sha in measured]
+            ok = sorted({(measured[p.sha], p.name, p.code.strip()) for p in mine})
+            by_kind = {p.kind: (measured[p.sha], p.name, p.code.strip()) for p in sorted(
+                mine, key=lambda p: measured[p.sha])}
+            if "slowed" in by_kind and "fast" in by_kind:
+                first = [by_kind["slowed"], by_kind["fast"]]
+            else:
+                first = [ok[0], ok[-1]] if len(ok) >= 2 else list(ok)
+            picked = first + [e for e in ok if e not in first]
             data[task.task_id] = [{"program": name, "speedup": sp, "code": code} for sp, name, code in picked[:n]]
     if src != path:
         path.write_text(json.dumps(data, indent=1))
