@@ -110,6 +110,7 @@ def test_train_refuses_an_incompatible_resume_unless_forced(tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["sft"]["steps"] == 999  # left as it was
 
 
+@pytest.mark.slow  # fits a tokenizer, builds a model and imports transformers: about 30-60 s
 def test_export_writes_a_model_transformers_loads_with_matching_logits(tmp_path):
     import jax
     import torch
