@@ -19,12 +19,14 @@ import ast
 import dataclasses
 import hashlib
 import json
+import random
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from evalfarm.tasks.format import TaskFormatError
 from evalfarm.tasks.suite import builtin_suite, kernelbench_suite
-from learner.prompts import contrastive_prompt, format_response, sft_prompt
+from learner.prompts import Exemplar, contrastive_prompt, format_response, sft_prompt
 
 
 class TaskSetError(ValueError):
@@ -197,14 +199,31 @@ def builtin_sft_targets(tasks: list[TaskInfo], device: str = "cpu") -> list[Prog
     return task_programs(tasks, device)
 
 
-def sft_pairs_for(program: Program) -> list[SFTPair]:
-    """A program under the plain prompt and under the contrastive prompt with no exemplars.
+def sft_pairs_for(program: Program, shown: Sequence[Exemplar] = ()) -> list[SFTPair]:
+    """A program under the plain prompt, under the contrastive prompt with no exemplars and, when
+    `shown` is given, under the contrastive prompt with those exemplars (so that prompt form is
+    not new to the policy when RL and evaluation use it).
 
-    There is deliberately no pair whose prompt shows the target itself as an exemplar: such a
-    pair teaches "copy the exemplar shown" rather than anything about speed."""
+    The caller draws `shown` independently of the target (`exemplars_for_sft`): a pair whose
+    prompt shows exactly its own target, or always the fastest code, would teach "copy the
+    exemplar shown" rather than anything about speed."""
     t = program.task
-    return [SFTPair(t.task_id, sft_prompt(t.source), program.completion),
-            SFTPair(t.task_id, contrastive_prompt(t.source, []), program.completion)]
+    pairs = [SFTPair(t.task_id, sft_prompt(t.source), program.completion),
+             SFTPair(t.task_id, contrastive_prompt(t.source, []), program.completion)]
+    if shown:
+        pairs.append(SFTPair(t.task_id, contrastive_prompt(t.source, shown, seed=int(program.sha[:8], 16)),
+                             program.completion))
+    return pairs
+
+
+def exemplars_for_sft(program: Program, candidates: Sequence[Exemplar], n: int) -> list[Exemplar]:
+    """`n` of the task's measured programs drawn uniformly (seeded by the target's hash), whatever
+    their speed and whether or not the target is among them."""
+    pool = sorted(candidates, key=lambda e: (e.speedup, e.code))
+    if len(pool) <= n:
+        return pool
+    rng = random.Random(int(program.sha[:16], 16))
+    return rng.sample(pool, n)
 
 
 def read_jsonl_pairs(path: str | Path, tasks: dict[str, TaskInfo] | None = None) -> list[SFTPair]:

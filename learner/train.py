@@ -56,6 +56,7 @@ from learner.tasks import (
     Program,
     SFTPair,
     TaskInfo,
+    exemplars_for_sft,
     load_task_set,
     read_jsonl_pairs,
     sft_pairs_for,
@@ -387,11 +388,17 @@ def programs(run: Run) -> tuple[list[Program], dict[str, float]]:
 
 
 def sft_pairs(run: Run) -> list[SFTPair]:
-    """Every known program under both prompt forms, except the fast programs of held-out tasks
-    (those appear only as exemplars in evaluation prompts)."""
-    progs, _ = programs(run)
+    """Every known program under the plain prompt and the contrastive prompt (with no exemplars,
+    and with exemplars drawn uniformly from the task's scored programs), except the fast programs
+    of held-out tasks (those appear only as exemplars in evaluation prompts, never in SFT data)."""
+    progs, measured = programs(run)
     used = [t for t in progs if not (t.task.task_id in run.heldout and t.kind == "fast")]
-    pairs = [p for t in used for p in sft_pairs_for(t)]
+    n = int(run.cfg.rl.num_exemplars) or int(run.cfg.eval.num_exemplars)
+    pairs = []
+    for t in used:
+        scored = [Exemplar(p.code.strip(), measured[p.sha]) for p in used
+                  if p.task.task_id == t.task.task_id and p.sha in measured]
+        pairs += sft_pairs_for(t, exemplars_for_sft(t, scored, n) if n > 0 else [])
     if run.cfg.tasks.sft_jsonl:
         pairs += read_jsonl_pairs(run.cfg.tasks.sft_jsonl, run.task_by_id)
     if not pairs:

@@ -10,11 +10,12 @@ import pytest
 
 from configs import demo
 from learner.farm import FarmOutcome
-from learner.prompts import contrastive_prompt, parse_response, sft_prompt
+from learner.prompts import Exemplar, contrastive_prompt, parse_response, sft_prompt
 from learner.rollout import Rollout, grpo_batch, length_bucket, lm_batch
 from learner.tasks import (
     TaskSetError,
     builtin_sft_targets,
+    exemplars_for_sft,
     load_task_set,
     read_jsonl_pairs,
     renamed_reference,
@@ -66,10 +67,29 @@ def test_program_mixture_programs_are_distinct_and_parse():
         for p in mine:
             parsed = parse_response(p.completion)
             assert parsed.code == p.code.strip()
+        # exemplars for the contrastive SFT pair: drawn uniformly, whatever the target
+        pool = [Exemplar(p.code.strip(), float(i + 1)) for i, p in enumerate(mine) if p.kind != "wrong"]
+        shown = exemplars_for_sft(mine[0], pool, 2)
+        assert len(shown) == 2 and shown == exemplars_for_sft(mine[0], pool, 2)  # reproducible
+        third = sft_pairs_for(mine[0], shown)[2]
+        assert all(e.code in third.prompt for e in shown) and third.completion == mine[0].completion
         ref = next(p for p in mine if p.kind == "reference")
         assert "class ModelNew" in ref.code and "get_inputs" not in ref.code and "class Model(" not in ref.code
         slow = next(p for p in mine if p.kind == "slowed")
         assert "def _forward(" in slow.code and slow.code.count("self._forward(*args)") == 2
+
+
+def test_sft_exemplars_are_not_chosen_by_target_or_speed():
+    tasks = load_task_set("builtin", "L1/1,L1/2,L1/4,L2/6,L2/7,L2/3,L1/8")
+    progs = [p for p in task_programs(tasks, "any", mixture=True) if p.kind != "wrong"]
+    shown_target = shown_fastest = 0
+    for p in progs:
+        pool = [Exemplar(q.code.strip(), 1.0 + i) for i, q in enumerate(progs) if q.task == p.task]
+        shown = exemplars_for_sft(p, pool, 2)
+        shown_target += any(e.code == p.code.strip() for e in shown)
+        shown_fastest += any(e.speedup == max(x.speedup for x in pool) for e in shown)
+    n = len(progs)  # 3 correct programs per task, 2 shown: each is shown with probability 2/3
+    assert n / 3 < shown_target < n and n / 3 < shown_fastest < n
 
 
 def test_renamed_and_slowed_reference_compute_the_reference_output():
