@@ -15,13 +15,18 @@ def base_config() -> ml_collections.ConfigDict:
     c.workdir = "runs/default"
     c.stages = "sft,selfsup,rl"  # any subset, run in this order; each starts from the previous one
     c.init_from = ""  # first stage's start: "" = the initial policy, or a stage checkpoint dir
+    c.resume_force = False  # resume even when the recorded config.json conflicts (see docs/training.md)
     c.max_seq_len = 2048
 
     c.tasks = ml_collections.ConfigDict()
     c.tasks.suite = "builtin"  # "builtin" or a KernelBench checkout path
     c.tasks.ids = ""  # comma list; empty = every task of the suite
     c.tasks.sft_jsonl = ""  # optional extra SFT pairs
-    c.tasks.variant_device = "auto"  # which shipped variants are SFT data: "auto" = the farm's device
+    c.tasks.variant_device = "auto"  # which shipped variants are SFT data: "auto" = the farm's device,
+    # "any" = only the variants that run everywhere (no compiled CPU- or CUDA-only kernels)
+    c.tasks.programs = "fast"  # SFT programs: "fast" = shipped fast variants; "mixture" = also the
+    # renamed reference (~1x), a slowed copy (~0.5x) and the wrong variants (speed-mixture experiment)
+    c.tasks.heldout = ""  # comma list of tasks kept out of RL (and their fast programs out of SFT)
 
     c.model = ml_collections.ConfigDict()
     c.model.hf_dir = ""  # pretrained HF directory; empty = train from scratch (demo)
@@ -72,7 +77,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.selfsup = ml_collections.ConfigDict()
     c.selfsup.rounds = 2
     c.selfsup.samples_per_task = 4
-    c.selfsup.steps_per_round = 10
+    c.selfsup.passes = 1  # updates per round, each over all of the round's successes (paper: 1)
     c.selfsup.batch_size = 8
     c.selfsup.learning_rate = 1e-4
 
@@ -81,6 +86,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.tasks_per_step = 4
     c.rl.group_size = 4
     c.rl.num_exemplars = 2  # 0 = plain GRPO (no earlier kernels in the prompt)
+    c.rl.exemplar_rule = "bucket"  # "bucket": the paper's score-bucket softmax; "random": uniform
+    c.rl.exemplar_order = "shuffled"  # how a prompt orders its exemplars: shuffled|ascending|descending
     c.rl.tau = 1.0  # bucket softmax temperature
     c.rl.bucket_width = 0.1
     c.rl.reward_clip = 10.0  # speedup rewards above this are clipped
@@ -100,6 +107,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.after_each_stage = True
     c.eval.samples_per_task = 2
     c.eval.temperature = 0.7
+    c.eval.prompts = "plain,exemplars"  # every stage under the same prompts: plain, and frozen exemplars
+    c.eval.num_exemplars = 2  # frozen set: per task the slowest and the fastest known program
+    c.eval.exemplars_from = ""  # another run's eval_exemplars.json (arms of one experiment share it)
 
     c.farm = ml_collections.ConfigDict()
     c.farm.endpoints = ()  # empty: start local daemons; "host:port", "dns:///name:port" or "file:///path"

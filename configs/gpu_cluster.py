@@ -51,7 +51,7 @@ def get_config():
     c.sft.learning_rate = 1e-5
     c.selfsup.rounds = 4
     c.selfsup.samples_per_task = 8
-    c.selfsup.steps_per_round = 20
+    c.selfsup.passes = 1
     c.selfsup.batch_size = 32
     c.selfsup.learning_rate = 5e-6
     c.rl.steps = 500

@@ -1,12 +1,15 @@
 """`learner` console script.
 
     learner train --config configs/demo.py [--config.rl.group_size=16 ...]
-    learner eval  --config configs/demo.py --checkpoint runs/demo/ckpt/rl [--contrastive]
+    learner eval  --config configs/demo.py --checkpoint runs/demo/ckpt/rl [--prompts plain,exemplars]
+    learner export --checkpoint runs/demo/ckpt/rl --out hf/demo-rl
+    learner experiment --config configs/speed_mixture.py [--config.experiment.seeds=3 ...]
     learner exemplars --db runs/demo/exemplars.sqlite [--task L1/1] [--top 5] [--export DIR]
     learner bench ...
 
-`train` and `eval` read an ml-collections config file (`get_config()`), locked, with
-``--config.<field>=value`` overrides; the other subcommands use plain argparse.
+`train`, `eval` and `experiment` read an ml-collections config file (`get_config()`), locked,
+with ``--config.<field>=value`` overrides (`learner train --help` lists every field, its
+default and its allowed values); the other subcommands use plain argparse.
 """
 
 from __future__ import annotations
@@ -20,6 +23,21 @@ from pathlib import Path
 
 USAGE = __doc__ or ""
 
+CONFIG_COMMANDS = ("train", "eval", "experiment")
+
+_EXAMPLES = {
+    "train": "  learner train --config configs/demo.py --config.workdir=runs/mine --config.rl.steps=10",
+    "eval": ("  learner eval --config configs/demo.py --checkpoint runs/demo/ckpt/rl\n"
+             "  learner eval --config configs/demo.py --checkpoint runs/demo/ckpt/sft --prompts plain"),
+    "experiment": "  learner experiment --config configs/speed_mixture.py --config.experiment.seeds=3",
+}
+_SUMMARY = {
+    "train": "Run (or resume) the configured pipeline: SFT, self-supervised, contrastive RL.",
+    "eval": "The paper's speedup table for one stage checkpoint, under the run's evaluation prompts.",
+    "experiment": ("The speed-mixture experiment: one SFT + self-supervised base, then RL arms "
+                   "(plain GRPO, random exemplars, bucket exemplars) x seeds, and its report."),
+}
+
 
 def _setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(name)s %(message)s")
@@ -27,10 +45,75 @@ def _setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _config_arg(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _help(command: str, argv: list[str]) -> str:
+    """Usage of a config command: the commands, every config field with its default and allowed
+    values (of --config's file when given, else configs/common.py), and an example."""
+    from learner.config_check import describe_fields
+
+    path = _config_arg(argv)
+    cfg, source = None, "configs/common.py"
+    if path and Path(path).is_file():
+        try:
+            from learner.config_check import load_config_file
+
+            cfg, source = load_config_file(path), path
+        except Exception:  # noqa: BLE001 - a broken file: fall back to the defaults
+            cfg = None
+    if cfg is None:
+        from configs.common import base_config
+
+        cfg = base_config()
+        if command == "experiment":
+            from configs.speed_mixture import get_config
+
+            cfg, source = get_config(), "configs/speed_mixture.py"
+    lines = [f"usage: learner {command} --config FILE [--config.<field>=<value> ...]"
+             + (" --checkpoint DIR [--step N] [--prompts FORMS] [--out PREFIX]" if command == "eval" else ""),
+             "", _SUMMARY[command], "",
+             "commands: train, eval, export, experiment, exemplars, bench (learner <command> --help)", ""]
+    if command == "eval":
+        lines += ["options:",
+                  "  --checkpoint DIR   a stage checkpoint directory (<workdir>/ckpt/<stage>)",
+                  "  --step N           checkpoint step (default: latest)",
+                  "  --prompts FORMS    comma list of plain, exemplars (default: config.eval.prompts)",
+                  "  --out PREFIX       report path prefix (default: <workdir>/eval/cli-<name>)", ""]
+    lines += [f"config fields (defaults from {source}):", *describe_fields(cfg), "",
+              "example:", _EXAMPLES[command]]
+    return "\n".join(lines) + "\n"
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's message on one line (a KeyError's message, not its escaped repr)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, KeyError) and seen.args:
+            return " ".join(str(seen.args[0]).split())
+        seen = seen.__cause__ or seen.__context__
+    msg = str(err)
+    if "\\n" in msg or "\\'" in msg:  # a message that embeds another error's repr
+        msg = msg.replace("\\n", " ").replace("\\'", "'")
+    return " ".join(msg.split()).replace("''", "'")
+
+
 def _config_flags(command: str, argv: list[str]) -> tuple[object, object]:
     from absl import flags
     from ml_collections import config_flags
 
+    path = _config_arg(argv)
+    if path is None:
+        raise SystemExit(f"learner {command}: --config is required (e.g. --config configs/demo.py); "
+                         f"see learner {command} --help")
+    if not Path(path).is_file():
+        raise SystemExit(f"learner {command}: config file {path} does not exist")
     fv = flags.FlagValues()
     # sys_argv: override flags (--config.x.y=...) are registered from the argv we parse, not from
     # the process's own sys.argv (they differ when main() is called programmatically).
@@ -39,17 +122,23 @@ def _config_flags(command: str, argv: list[str]) -> tuple[object, object]:
     if command == "eval":
         flags.DEFINE_string("checkpoint", None, "stage checkpoint directory", flag_values=fv)
         flags.DEFINE_integer("step", None, "checkpoint step (default: latest)", flag_values=fv)
-        flags.DEFINE_boolean("contrastive", False, "contrastive prompts with exemplars from the run's DB",
-                             flag_values=fv)
+        flags.DEFINE_string("prompts", None, "evaluation prompt forms", flag_values=fv)
         flags.DEFINE_string("out", None, "report path prefix (default: <workdir>/eval/<name>)", flag_values=fv)
     try:
         fv([f"learner {command}", *argv])
+        cfg = fv.config
     except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as err:
         # a misspelt or mistyped --config.<field> override lands here, with a "did you mean"
-        raise SystemExit(f"learner {command}: bad config override: {err}") from None
-    if fv.config is None:
-        raise SystemExit(f"learner {command}: --config is required (e.g. --config configs/demo.py)")
-    return fv.config, fv
+        raise SystemExit(f"learner {command}: bad config override: {_one_line(err)}") from None
+    except Exception as err:  # noqa: BLE001 - the config file itself failed to load
+        raise SystemExit(f"learner {command}: cannot load {path}: {_one_line(err)}") from None
+    from learner.config_check import TrainConfigError, validate_config
+
+    try:
+        validate_config(cfg)
+    except TrainConfigError as err:
+        raise SystemExit(f"learner {command}: {err}") from None
+    return cfg, fv
 
 
 def _share_gpu_with_local_farm(cfg: object) -> None:
@@ -71,30 +160,56 @@ def _train(argv: list[str]) -> int:
     return 0
 
 
+def _experiment(argv: list[str]) -> int:
+    from learner.experiment import run_experiment
+    from learner.train import TrainConfigError
+
+    cfg, _ = _config_flags("experiment", argv)
+    _share_gpu_with_local_farm(cfg)
+    try:
+        run_experiment(cfg)
+    except TrainConfigError as err:
+        print(f"learner experiment: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _eval(argv: list[str]) -> int:
     from learner import train as tr
     from learner.exemplars import ExemplarDB
     from learner.report import format_table, write_report
+    from learner.stage_report import stage_notes
 
     cfg, fv = _config_flags("eval", argv)
     _share_gpu_with_local_farm(cfg)
     if not fv.checkpoint:
         print("learner eval: --checkpoint is required (a stage checkpoint directory)", file=sys.stderr)
         return 2
+    forms = [f.strip() for f in (fv.prompts or cfg.eval.prompts).split(",") if f.strip()]
+    bad = [f for f in forms if f not in tr.EVAL_FORMS]
+    if bad or not forms:
+        print(f"learner eval: --prompts takes a comma list of {', '.join(tr.EVAL_FORMS)}", file=sys.stderr)
+        return 2
     run = tr.open_run(cfg, record_config=False)
     try:
         params = tr.load_stage_params(run, Path(fv.checkpoint), fv.step)
         name = Path(fv.checkpoint).name
+        speedups, verdicts, labelled, rows = {}, {}, {}, {}
         with ExemplarDB(run.workdir / "eval.sqlite") as edb:
-            summary, samples = tr.evaluate(
-                run, params, f"cli-{name}-{time.strftime('%Y%m%d-%H%M%S')}", contrastive=fv.contrastive,
-                samples_per_task=int(cfg.eval.samples_per_task),
-                temperature=float(cfg.eval.temperature), db=edb)
-        label = f"{name} ({'contrastive' if fv.contrastive else 'plain'} prompts)"
+            for form in forms:
+                summary, samples = tr.evaluate(
+                    run, params, f"cli-{name}-{time.strftime('%Y%m%d-%H%M%S')}", form=form,
+                    samples_per_task=int(cfg.eval.samples_per_task),
+                    temperature=float(cfg.eval.temperature), db=edb)
+                label = f"{name} | {tr.FORM_LABELS[form]}"
+                rows[label] = summary
+                labelled[label] = samples
+                speedups[label] = [s["speedup"] for s in samples]
+                verdicts[label] = [s["verdict"] for s in samples]
         prefix = Path(fv.out) if fv.out else run.workdir / "eval" / f"cli-{name}"
-        paths = write_report(prefix, {label: summary}, {label: [s["speedup"] for s in samples if s["speedup"]]},
-                             {label: [s["verdict"] for s in samples]})
-        print(format_table({label: summary}))
+        text, md = stage_notes(labelled, "per prompt form")
+        paths = write_report(prefix, speedups, verdicts, notes_text=text, notes_md=md)
+        print(format_table(rows))
         print(f"report: {', '.join(str(p) for p in paths.values())}")
     except tr.TrainConfigError as err:
         print(f"learner eval: {err}", file=sys.stderr)
@@ -106,23 +221,29 @@ def _eval(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("train", "eval"):
+    if argv and argv[0] in CONFIG_COMMANDS:
+        if any(a in ("-h", "--help", "-help", "--helpfull") for a in argv[1:]):
+            print(_help(argv[0], argv[1:]), end="")
+            return 0
         _setup_logging()
-        return _train(argv[1:]) if argv[0] == "train" else _eval(argv[1:])
+        return {"train": _train, "eval": _eval, "experiment": _experiment}[argv[0]](argv[1:])
 
     parser = argparse.ArgumentParser(prog="learner", description=USAGE,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("train", help="run or resume the configured training pipeline (--config FILE)")
-    sub.add_parser("eval", help="the paper's speedup table for a checkpoint (--config, --checkpoint)")
+    for name in CONFIG_COMMANDS:
+        sub.add_parser(name, help=f"{_SUMMARY[name]} (learner {name} --help)")
 
-    from learner import bench, exemplars_cli
+    from learner import bench, exemplars_cli, export
 
+    export.build_parser(sub.add_parser("export", help="write a stage checkpoint as a Hugging Face model directory"))
     bench.build_parser(sub.add_parser("bench", help="training MFU / decode throughput benchmark"))
     exemplars_cli.build_parser(sub.add_parser("exemplars", help="inspect and export the exemplar database"))
 
     args = parser.parse_args(argv)
     _setup_logging()
+    if args.command == "export":
+        return export.run(args)
     if args.command == "bench":
         return bench.run_and_print(args)
     if args.command == "exemplars":

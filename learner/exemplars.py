@@ -421,3 +421,14 @@ class ExemplarDB:
     def max_step(self) -> int | None:
         value = self._query("SELECT MAX(step) FROM samples")[0][0]
         return None if value is None else int(value)
+
+
+def sample_random_exemplars(db: ExemplarDB, task_id: str, n: int, rng: np.random.Generator) -> list[Exemplar]:
+    """The control for the bucket rule: `n` distinct successful codes of the task drawn uniformly,
+    whatever their scores (all of them when there are at most `n`)."""
+    _check_n_tau(n, 1.0)
+    codes = sorted(db._distinct_codes(task_id), key=lambda e: (e.speedup, e.code))
+    if len(codes) <= n:
+        return codes
+    picks = rng.choice(len(codes), size=n, replace=False)
+    return sorted((codes[int(i)] for i in picks), key=lambda e: (e.speedup, e.code))

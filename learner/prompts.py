@@ -16,14 +16,18 @@ Every response follows a three-section protocol::
 Two prompt kinds exist:
 
 * ``sft_prompt``: the reference and the request (supervised fine-tuning / self-supervised stage).
-* ``contrastive_prompt``: additionally shows earlier implementations with their measured speedups,
-  ordered from slowest to fastest, so the policy can compare them (contrastive RL, CUDA-L1).
+* ``contrastive_prompt``: additionally shows earlier implementations with their measured speedups
+  so the policy can compare them (contrastive RL, CUDA-L1). They are shown in a shuffled order by
+  default (``order="shuffled"``): with a fixed slowest-first order, "copy the last block" would
+  win without reading a single score. ``"ascending"`` keeps the old slowest-first order.
 
 Both end with the line ``Response:`` so that the completion starts with ``## Performance
 Analysis``. Any change to template text must bump ``PROMPT_VERSION``; the version is recorded
 with every sample so that training data never silently mixes templates.
 
-``parse_response`` is strict and explains itself: a failure carries a stable ``reason`` key (one of
+``parse_response`` accepts the reasonable heading variants (``##``, ``###`` or ``####``, any
+case, an optional trailing colon as in the paper's own ``## Performance Analysis:``, optional
+``**bold**``) and explains itself otherwise: a failure carries a stable ``reason`` key (one of
 ``PARSE_FAILURE_REASONS``, used as a metric name) and a human-readable ``detail``.
 """
 
@@ -31,14 +35,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import logging
 import math
+import random
 import re
 from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
 
-PROMPT_VERSION: str = "v1"
+PROMPT_VERSION: str = "v2"  # v2: exemplar order is a prompt option (shuffled by default)
 SECTIONS: tuple[str, ...] = ("Performance Analysis", "Algorithm Design", "Code Implementation")
 RESPONSE_MARKER: str = "Response:\n"
 
@@ -55,6 +61,8 @@ PARSE_FAILURE_REASONS: tuple[str, ...] = (
 DEFAULT_TASK_DESCRIPTION = (
     "Write a faster implementation of the PyTorch module `Model` below for an NVIDIA GPU."
 )
+
+EXEMPLAR_ORDERS: tuple[str, ...] = ("shuffled", "ascending", "descending")
 
 # Language tags accepted on the fence of the final code block ("" is a bare ```).
 _PYTHON_TAGS = frozenset({"", "python", "py", "python3"})
@@ -152,20 +160,43 @@ def sft_prompt(reference_source: str) -> str:
     )
 
 
+def order_exemplars(exemplars: Sequence[Exemplar], order: str = "shuffled", seed: int = 0) -> list[Exemplar]:
+    """The exemplars in the order a prompt shows them.
+
+    ``"ascending"`` / ``"descending"``: by speedup (ties by code). ``"shuffled"``: a permutation
+    drawn from ``seed`` and the exemplars' own content, so one exemplar set under one seed is
+    always shown the same way (prompts stay reproducible) while the position of the fastest one
+    carries no information across sets.
+    """
+    if order not in EXEMPLAR_ORDERS:
+        raise ValueError(f"exemplar order must be one of {', '.join(EXEMPLAR_ORDERS)}, got {order!r}")
+    ordered = sorted(exemplars, key=lambda e: (e.speedup, e.code))
+    if order == "descending":
+        ordered.reverse()
+    elif order == "shuffled":
+        digest = hashlib.sha256(repr((seed, [(e.code, e.speedup) for e in ordered])).encode()).digest()
+        random.Random(int.from_bytes(digest[:8], "big")).shuffle(ordered)
+    return ordered
+
+
+_ORDER_NOTE = {"shuffled": "in random order", "ascending": "slowest first", "descending": "fastest first"}
+
+
 def contrastive_prompt(
     reference_source: str,
     exemplars: Sequence[Exemplar],
     *,
     task_description: str | None = None,
+    order: str = "shuffled",
+    seed: int = 0,
 ) -> str:
-    """Reference, earlier implementations with speedups (slowest first), protocol, restrictions.
+    """Reference, earlier implementations with speedups, protocol, restrictions.
 
-    Exemplars are shown in increasing order of speedup (ties broken by code) whatever order they
-    are passed in, so the fastest one sits closest to the response.
+    Exemplars are shown in `order` (see `order_exemplars`) whatever order they are passed in.
     """
     ref = _check_reference(reference_source)
     description = (task_description or "").strip() or DEFAULT_TASK_DESCRIPTION
-    ordered = sorted(exemplars, key=lambda e: (e.speedup, e.code))
+    ordered = order_exemplars(exemplars, order, seed)
     if ordered:
         shown = [
             f"### Implementation {i} (speedup {e.speedup:.2f}x)\n{_code_block(e.code)}"
@@ -173,7 +204,7 @@ def contrastive_prompt(
         ]
         previous = (
             "Previous implementations, with their measured speedup over the reference "
-            "(slowest first):\n\n" + "\n\n".join(shown)
+            f"({_ORDER_NOTE[order]}):\n\n" + "\n\n".join(shown)
         )
     else:
         previous = "Previous implementations: none exist yet for this task."
@@ -203,10 +234,14 @@ def format_response(analysis: str, design: str, code: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 _HEADING_RE = {
-    title: re.compile(rf"^## {re.escape(title)}[ \t]*$", re.MULTILINE) for title in SECTIONS
+    title: re.compile(
+        rf"^#{{2,4}}[ \t]*(?:\*\*)?[ \t]*{re.escape(title)}[ \t]*:?[ \t]*(?:\*\*)?[ \t]*:?[ \t]*$",
+        re.MULTILINE | re.IGNORECASE,
+    )
+    for title in SECTIONS
 }
 _HEADING_ANY_CASE_RE = {
-    title: re.compile(rf"^#+[ \t]*{re.escape(title)}[ \t]*$", re.MULTILINE | re.IGNORECASE)
+    title: re.compile(rf"^[#* \t]*{re.escape(title)}[ \t:*]*$", re.MULTILINE | re.IGNORECASE)
     for title in SECTIONS
 }
 _FENCE_OPEN_RE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.\-]*)[ \t]*$")
@@ -227,7 +262,7 @@ def _missing_detail(text: str, missing: list[str]) -> str:
         m = _HEADING_ANY_CASE_RE[title].search(text)
         if m is not None:
             hints.append(
-                f"found {m.group(0).strip()!r}, but the heading must be exactly '## {title}'"
+                f"found {m.group(0).strip()!r}, but the heading must be a line '## {title}'"
             )
     if hints:
         detail += "; " + "; ".join(hints)
@@ -261,8 +296,8 @@ def parse_response(text: str) -> ParsedResponse | ParseFailure:
     """Parse a completion; a ``ParseFailure`` names the first rule the text breaks.
 
     Rules, checked in this order: non-empty; the three ``## <title>`` headings present at line
-    starts (titles case-sensitive, trailing whitespace tolerated; the first occurrence of each
-    counts); in protocol order; the Code Implementation section (everything after its heading)
+    starts (two to four ``#``, any case, optional ``**bold**`` and trailing colon, trailing
+    whitespace tolerated; the first occurrence of each counts); in protocol order; the Code Implementation section (everything after its heading)
     holds a closed fenced block tagged ``python``/``py`` or bare (the last complete one is used);
     the code parses with ``ast.parse``; it defines a top-level ``class ModelNew``.
     """

@@ -1,17 +1,20 @@
-"""Speedup results tables (as in the CUDA-L1 paper) and a log2-speedup histogram.
+"""Speedup results tables (as in the CUDA-L1 paper), a verdict table and the report plot.
 
-For a set of scored samples (or tasks), the paper reports the mean and maximum speedup, the 75th,
-50th and 25th percentile speedups, the number of successes (correct, hence with a speedup) out of
-the total, and how many are faster than the reference (speedup > 1). `summarize` computes those
-figures (plus the geometric mean) from a list of speedups in which ``None`` marks an unsuccessful
-sample; `format_table` / `format_markdown` lay several summaries out side by side, e.g. one row per
-training stage::
+For a set of scored samples the paper reports the mean and maximum speedup, the 75th, 50th and
+25th percentile speedups, the number of successes (correct, hence with a speedup) out of the
+total, and how many are faster than the reference (speedup > 1). **A failed sample counts as
+speedup 0** in the mean and the percentiles: that is the paper's convention and the headline
+here, because a stage that stops solving its slow tasks would otherwise look faster. The same
+figures over the successful samples only are kept beside it (``*_ok`` fields, second table).
+Percentiles use numpy's "linear" interpolation.
 
-    rows = {"after SFT": summarize(sft), "after contrastive RL": summarize(rl)}
-    print(format_table(rows, title="KernelBench level 1"))
-    write_report("out/level1", rows, {"after SFT": [s for s in sft if s], ...})
+    write_report("out/level1", {"after SFT": [2.0, None, 1.1], "after RL": [3.0, 1.5, None]},
+                 {"after SFT": ["OK", "INCORRECT", "OK"], "after RL": ["OK", "OK", "TIMEOUT"]})
 
-All statistics are over successful samples only; percentiles use numpy's "linear" interpolation.
+writes ``level1.txt`` (both tables and the verdict counts), ``level1.md`` (the same, with the
+plot), ``level1.json`` and ``level1.png``: one cumulative-distribution curve per label on a log
+speedup axis (failures sit at the left edge: the curve starts at the failure share), and beside
+it one bar of verdict counts per label.
 """
 
 from __future__ import annotations
@@ -35,17 +38,29 @@ COLUMNS = ("label", "mean", "max", "75%", "50%", "25%", "success", ">1x")
 
 @dataclasses.dataclass(frozen=True)
 class SpeedupSummary:
-    """Summary statistics of the speedups of one set of samples."""
+    """Summary statistics of the speedups of one set of samples.
+
+    ``mean``/``max``/``p75``/``p50``/``p25``: over all samples, a failure counting as 0 (the
+    paper's table); None only when there are no samples. ``*_ok``: over successes only (None
+    when there are none)."""
 
     total: int
     success: int  # samples with verdict OK (they have a speedup)
     speedup_gt_1: int
-    mean: float | None  # over successes; None when there are none
+    mean: float | None
     max: float | None
     p75: float | None
     p50: float | None
     p25: float | None
-    geomean: float | None
+    mean_ok: float | None
+    p75_ok: float | None
+    p50_ok: float | None
+    p25_ok: float | None
+    geomean_ok: float | None
+
+    @property
+    def success_rate(self) -> float:
+        return self.success / self.total if self.total else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -72,45 +87,39 @@ def summarize(speedups: Sequence[float | None]) -> SpeedupSummary:
         [_check_speedup(i, s) for i, s in enumerate(speedups) if s is not None], dtype=np.float64
     )
     total = len(speedups)
-    if ok.size == 0:
-        return SpeedupSummary(
-            total=total, success=0, speedup_gt_1=0,
-            mean=None, max=None, p75=None, p50=None, p25=None, geomean=None,
-        )  # fmt: skip
-    p75, p50, p25 = (float(x) for x in np.percentile(ok, [75, 50, 25], method="linear"))
-    return SpeedupSummary(
-        total=total,
-        success=int(ok.size),
-        speedup_gt_1=int(np.count_nonzero(ok > 1.0)),
-        mean=float(ok.mean()),
-        max=float(ok.max()),
-        p75=p75,
-        p50=p50,
-        p25=p25,
-        geomean=float(np.exp(np.log(ok).mean())),
-    )
+    every = np.asarray([0.0 if s is None else float(s) for s in speedups], dtype=np.float64)
+    head: dict[str, float | None] = dict.fromkeys(("mean", "max", "p75", "p50", "p25"))
+    if total:
+        p75, p50, p25 = (float(x) for x in np.percentile(every, [75, 50, 25], method="linear"))
+        head = dict(mean=float(every.mean()), max=float(every.max()), p75=p75, p50=p50, p25=p25)
+    tail: dict[str, float | None] = dict.fromkeys(("mean_ok", "p75_ok", "p50_ok", "p25_ok", "geomean_ok"))
+    if ok.size:
+        p75, p50, p25 = (float(x) for x in np.percentile(ok, [75, 50, 25], method="linear"))
+        tail = dict(mean_ok=float(ok.mean()), p75_ok=p75, p50_ok=p50, p25_ok=p25,
+                    geomean_ok=float(np.exp(np.log(ok).mean())))
+    return SpeedupSummary(total=total, success=int(ok.size), speedup_gt_1=int(np.count_nonzero(ok > 1.0)),
+                          **head, **tail)  # type: ignore[arg-type]
 
 
 def _fmt_speedup(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-def _cells(label: str, s: SpeedupSummary) -> list[str]:
-    return [
-        label,
-        _fmt_speedup(s.mean),
-        _fmt_speedup(s.max),
-        _fmt_speedup(s.p75),
-        _fmt_speedup(s.p50),
-        _fmt_speedup(s.p25),
-        f"{s.success}/{s.total}",
-        str(s.speedup_gt_1),
-    ]
+def _cells(label: str, s: SpeedupSummary, successes_only: bool) -> list[str]:
+    if successes_only:
+        figures = [s.mean_ok, None if not s.success else s.max, s.p75_ok, s.p50_ok, s.p25_ok]
+    else:
+        figures = [s.mean, s.max, s.p75, s.p50, s.p25]
+    return [label, *(_fmt_speedup(v) for v in figures), f"{s.success}/{s.total}", str(s.speedup_gt_1)]
 
 
-def format_table(rows: Mapping[str, SpeedupSummary], *, title: str | None = None) -> str:
-    """A fixed-width text table, one row per label (label left-aligned, figures right-aligned)."""
-    body = [_cells(label, s) for label, s in rows.items()]
+def format_table(rows: Mapping[str, SpeedupSummary], *, title: str | None = None,
+                 successes_only: bool = False) -> str:
+    """A fixed-width text table, one row per label (label left-aligned, figures right-aligned).
+
+    By default failures count as speedup 0 (the paper's table); `successes_only` gives the
+    figures over successful samples."""
+    body = [_cells(label, s, successes_only) for label, s in rows.items()]
     widths = [max(len(c) for c in col) for col in zip(COLUMNS, *body, strict=False)]
 
     def line(cells: Sequence[str]) -> str:
@@ -133,15 +142,14 @@ def _md_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def format_markdown(rows: Mapping[str, SpeedupSummary]) -> str:
+def format_markdown(rows: Mapping[str, SpeedupSummary], *, successes_only: bool = False) -> str:
     """The same table as GitHub-flavoured markdown (figures right-aligned)."""
     out = [
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join([":---"] + ["---:"] * (len(COLUMNS) - 1)) + "|",
     ]
     for label, s in rows.items():
-        cells = _cells(_md_escape(label), s)
-        out.append("| " + " | ".join(cells) + " |")
+        out.append("| " + " | ".join(_cells(_md_escape(label), s, successes_only)) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -151,65 +159,95 @@ def verdict_breakdown(verdicts: Sequence[str]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _log2_values(name: str, values: Sequence[float | None]) -> np.ndarray:
-    ok = [_check_speedup(i, v) for i, v in enumerate(values) if v is not None]
-    if len(ok) != len(values):
-        log.debug("histogram group %r: skipped %d None values", name, len(values) - len(ok))
-    return np.log2(np.asarray(ok, dtype=np.float64))
+def verdict_markdown(breakdowns: Mapping[str, Mapping[str, int]]) -> str:
+    """One row per label, one column per verdict seen anywhere (counts)."""
+    names = sorted({v for c in breakdowns.values() for v in c}, key=lambda v: (v != "OK", v))
+    out = ["| label | " + " | ".join(names) + " | total |", "|:---|" + "---:|" * (len(names) + 1)]
+    for label, counts in breakdowns.items():
+        cells = [str(counts.get(v, 0)) for v in names] + [str(sum(counts.values()))]
+        out.append(f"| {_md_escape(label)} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
-def write_histogram(
-    groups: Mapping[str, Sequence[float]],
+# Fixed colours so a verdict looks the same in every report.
+_VERDICT_COLORS = {
+    "OK": "#2ca02c", "INCORRECT": "#d62728", "PARSE_FAILURE": "#7f7f7f", "COMPILE_ERROR": "#ff7f0e",
+    "LOAD_ERROR": "#bcbd22", "RUNTIME_ERROR": "#9467bd", "TIMEOUT": "#8c564b", "CUDA_FAULT": "#e377c2",
+    "HACK_DETECTED": "#000000", "INFRA_ERROR": "#17becf", "LOST": "#c7c7c7",
+}
+
+
+def write_plot(
+    speedups: Mapping[str, Sequence[float | None]],
+    verdicts: Mapping[str, Sequence[str]],
     path: str | Path,
     *,
-    title: str = "log2 speedup of successful samples",
+    title: str = "Speedups of sampled kernels",
 ) -> Path:
-    """Write a PNG histogram of log2(speedup), one overlaid series per group; returns the path.
-
-    All groups share the same bins. A vertical line marks 0 (no speedup). ``None`` entries are
-    skipped; empty groups appear in the legend with n=0, and a plot with no data at all says so.
-    """
+    """Left: one empirical CDF per label over all samples on a log axis (1x, 2x, 4x ...), failures
+    at the left edge (a curve starts at its failure share). Right: one bar of verdict counts per
+    label. Returns the PNG path."""
     import matplotlib
 
     if "matplotlib.pyplot" not in sys.modules:
-        # Never needs a display. (When pyplot is already loaded its backend is left alone: switching
-        # it would close the caller's figures; the figure below does not go through pyplot anyway.)
-        matplotlib.use("Agg")
+        matplotlib.use("Agg")  # never needs a display; a loaded pyplot keeps its backend
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {name: _log2_values(name, vals) for name, vals in groups.items()}
-    nonempty = [v for v in data.values() if v.size]
-
-    fig = Figure(figsize=(8, 5), dpi=110)
+    fig = Figure(figsize=(12, 4.8), dpi=110)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    edges = None
-    if nonempty:
-        edges = np.histogram_bin_edges(np.concatenate(nonempty), bins="auto")
-        if len(edges) > 81:  # "auto" can get very fine on large samples
-            edges = np.linspace(edges[0], edges[-1], 81)
-    else:
-        ax.text(
-            0.5, 0.6, "no successful samples", transform=ax.transAxes,
-            ha="center", va="center", fontsize=14, color="gray",
-        )  # fmt: skip
-    for name, v in data.items():
-        label = f"{name} (n={v.size})"
-        if v.size:
-            ax.hist(v, bins=edges, alpha=0.5, label=label)
-        else:
-            ax.plot([], [], label=label)  # keep the group visible in the legend
-    if not nonempty:
-        ax.set_xlim(-1, 1)
-        ax.set_ylim(0, 1)
-    ax.axvline(0.0, color="black", linestyle="--", linewidth=1, label="no speedup (1x)")
-    ax.set_xlabel("log2(speedup)   (0 = 1x, 1 = 2x, -1 = 0.5x)")
-    ax.set_ylabel("samples")
+    ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    ok_all = [float(s) for v in speedups.values() for s in v if s is not None]
+    lo = min([*ok_all, 1.0]) / 1.5
+    hi = max([*ok_all, 1.0]) * 1.5
+    for label, vals in speedups.items():
+        n = len(vals)
+        ok = np.sort([float(s) for s in vals if s is not None])
+        fail = n - ok.size
+        if n == 0:
+            ax.plot([], [], label=f"{label} (no samples)")
+            continue
+        xs = np.concatenate([[lo], ok, [hi]])
+        ys = np.concatenate([[fail / n], (fail + np.arange(1, ok.size + 1)) / n, [1.0]])
+        ax.step(xs, ys, where="post", linewidth=2,
+                label=f"{label}: {ok.size}/{n} OK, {np.count_nonzero(ok > 1.0)} > 1x")
+    ax.set_xscale("log", base=2)
+    ticks = [2.0 ** k for k in range(math.floor(math.log2(lo)), math.ceil(math.log2(hi)) + 1)]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.set_xticklabels([f"{t:g}x" for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(0, 1.02)
+    ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
+    ax.set_xlabel("speedup over the reference (log scale)")
+    ax.set_ylabel("share of samples at or below (failures count as 0)")
     ax.set_title(title)
-    ax.legend(loc="best")
+    ax.grid(alpha=0.3)
+    if speedups:
+        ax.legend(loc="lower right", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no samples", transform=ax.transAxes, ha="center", color="gray")
+
+    labels = list(speedups) or list(verdicts)
+    names = sorted({v for vs in verdicts.values() for v in vs}, key=lambda v: (v != "OK", v))
+    left = np.zeros(len(labels))
+    for name in names:
+        counts = np.array([sum(1 for v in verdicts.get(lb, []) if v == name) for lb in labels], float)
+        bx.barh(range(len(labels)), counts, left=left, color=_VERDICT_COLORS.get(name), label=name)
+        left += counts
+    bx.set_yticks(range(len(labels)))
+    bx.set_yticklabels(labels, fontsize=8)
+    bx.invert_yaxis()
+    bx.set_xlabel("samples")
+    bx.set_title("verdicts")
+    if names:
+        bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=7, frameon=False)
+    else:
+        bx.text(0.5, 0.5, "no verdicts", transform=bx.transAxes, ha="center", color="gray")
     fig.tight_layout()
     fig.savefig(path, format="png")
     return path
@@ -217,44 +255,59 @@ def write_histogram(
 
 def write_report(
     path_prefix: str | Path,
-    rows: Mapping[str, SpeedupSummary],
-    groups: Mapping[str, Sequence[float]],
+    speedups: Mapping[str, Sequence[float | None]],
     verdicts_by_label: Mapping[str, Sequence[str]] | None = None,
     *,
     title: str | None = None,
+    notes_text: str = "",
+    notes_md: str = "",
+    extra_json: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write ``<prefix>.txt`` / ``.md`` / ``.json`` / ``.png``; returns them keyed by extension.
 
-    The text file holds the table and, when given, the verdict breakdown of each label; the JSON
-    file holds ``{"summaries": {label: SpeedupSummary.to_dict()}, "verdicts": {label: counts}}``.
+    `speedups` maps a label to its samples' speedups (None = not successful). The text and
+    markdown files hold the paper's table (failures as 0), the table over successes, the verdict
+    counts and the given notes; the markdown embeds the plot. The JSON file holds
+    ``{"summaries": {label: SpeedupSummary.to_dict()}, "verdicts": {label: counts}, **extra_json}``.
     """
     prefix = str(path_prefix)
     paths = {ext: Path(f"{prefix}.{ext}") for ext in ("txt", "md", "json", "png")}
     paths["txt"].parent.mkdir(parents=True, exist_ok=True)
-    breakdowns = {label: verdict_breakdown(v) for label, v in (verdicts_by_label or {}).items()}
+    rows = {label: summarize(v) for label, v in speedups.items()}
+    verdicts = dict(verdicts_by_label or {})
+    breakdowns = {label: verdict_breakdown(v) for label, v in verdicts.items()}
 
-    text = format_table(rows, title=title)
+    text = format_table(rows, title=title or "Speedups (failures count as 0, as in the paper)")
+    text += "\n" + format_table(rows, title="Over successful samples only", successes_only=True)
     for label, counts in breakdowns.items():
         n = sum(counts.values())
         text += f"\nverdicts: {label} ({n} samples)\n"
         width = max((len(k) for k in counts), default=0)
         for verdict, c in counts.items():
             text += f"  {verdict.ljust(width)}  {c:>6}  {100.0 * c / n:5.1f}%\n"
+    if notes_text:
+        text += "\n" + notes_text.rstrip() + "\n"
     paths["txt"].write_text(text, encoding="utf-8")
 
-    md = f"## {title}\n\n" if title else ""
-    paths["md"].write_text(md + format_markdown(rows), encoding="utf-8")
-
-    payload = {
-        "summaries": {label: s.to_dict() for label, s in rows.items()},
-        "verdicts": breakdowns,
-    }
-    paths["json"].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-
     try:
-        write_histogram(groups, paths["png"])
+        write_plot(speedups, verdicts, paths["png"])
     except ImportError:  # a minimal install without matplotlib: the tables are still written
         log.warning("matplotlib is not installed; %s not written (pip install matplotlib)", paths["png"])
         del paths["png"]
+
+    md = f"## {title}\n\n" if title else ""
+    md += "Speedups, a failure counting as 0 (the paper's table):\n\n" + format_markdown(rows)
+    md += "\nOver successful samples only:\n\n" + format_markdown(rows, successes_only=True)
+    if breakdowns:
+        md += "\nVerdicts:\n\n" + verdict_markdown(breakdowns)
+    if "png" in paths:
+        md += f"\n![speedup distribution and verdicts]({paths['png'].name})\n"
+    if notes_md:
+        md += "\n" + notes_md.rstrip() + "\n"
+    paths["md"].write_text(md, encoding="utf-8")
+
+    payload = {"summaries": {label: s.to_dict() for label, s in rows.items()}, "verdicts": breakdowns,
+               **(extra_json or {})}
+    paths["json"].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     log.info("wrote report %s.{%s}", prefix, ",".join(paths))
     return paths

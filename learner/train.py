@@ -6,7 +6,8 @@ One jitted step (`learner.train_step`) with a pluggable loss serves every stage:
 
 * sft      masked cross-entropy on (prompt, correct code) pairs.
 * selfsup  sample codes for every task, score them on the farm, train only on the successes
-           (reward 1/0, no baseline); `rounds` x (sample, score, `steps_per_round` updates).
+           (reward 1/0, no baseline); `rounds` x (sample, score, `passes` updates over all of
+           the round's successes; the paper's one update per round is `passes = 1`).
 * rl       contrastive RL: each task's prompt carries `num_exemplars` earlier kernels drawn
            from its score buckets with their speedups; `group_size` responses per prompt are
            scored and every success enters the buckets; GRPO update with a KL penalty to the
@@ -40,8 +41,9 @@ from tqdm import tqdm
 
 from learner import scale
 from learner.checkpoint import Checkpointer
+from learner.config_check import TrainConfigError, resume_conflicts, validate_config
 from learner.distributed import distributed_config, maybe_initialize_distributed
-from learner.exemplars import ExemplarDB, SampleRecord, code_sha256
+from learner.exemplars import ExemplarDB, SampleRecord, code_sha256, sample_random_exemplars
 from learner.farm import Farm, FarmOutcome, FarmSettings, Outcome, one_model_per_group
 from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss
 from learner.lm.sampler import Sampler, SamplingConfig
@@ -51,14 +53,16 @@ from learner.policy import Policy, build_policy
 from learner.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.report import SpeedupSummary, format_table, summarize, write_report
 from learner.rollout import Rollout, generate_rollouts, grpo_batch, length_bucket, lm_batch
+from learner.stage_report import stage_notes
 from learner.tasks import (
+    Program,
     SFTPair,
-    SFTTarget,
     TaskInfo,
-    builtin_sft_targets,
+    exemplars_for_sft,
     load_task_set,
     read_jsonl_pairs,
     sft_pairs_for,
+    task_programs,
 )
 from learner.train_step import (
     OptimizerConfig,
@@ -80,10 +84,6 @@ def stage_label(cfg: Any, stage: str) -> str:
     return STAGE_LABELS[stage]
 
 
-class TrainConfigError(ValueError):
-    """The run configuration is inconsistent."""
-
-
 def stage_list(cfg: Any) -> list[str]:
     stages = [s.strip() for s in str(cfg.stages).split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES]
@@ -98,7 +98,7 @@ def stage_steps(cfg: Any, stage: str) -> int:
     if stage == "sft":
         return int(cfg.sft.steps)
     if stage == "selfsup":
-        return int(cfg.selfsup.rounds) * int(cfg.selfsup.steps_per_round)
+        return int(cfg.selfsup.rounds) * int(cfg.selfsup.passes)
     return int(cfg.rl.steps)
 
 
@@ -121,7 +121,14 @@ class Run:
     db: ExemplarDB
     writer: MetricsWriter
     farm_factory: Callable[[], Farm]
+    heldout: frozenset[str] = frozenset()  # task ids kept out of RL (evaluated only)
     _farm: Farm | None = None
+    _programs: list[Program] | None = None
+    _measured: dict[str, float] | None = None
+
+    @property
+    def rl_tasks(self) -> list[TaskInfo]:
+        return [t for t in self.tasks if t.task_id not in self.heldout]
 
     @property
     def farm(self) -> Farm:
@@ -328,19 +335,19 @@ def _progress(run: Run, total: int, initial: int, desc: str) -> tqdm:
 # stages
 
 
-def measure_sft_targets(run: Run, targets: Sequence[SFTTarget]) -> dict[str, float]:
-    """Score each SFT target once on the farm (reusing earlier measurements of this run); the OK
-    ones enter the exemplar database (stage "sft", step 0). Returns code sha -> speedup."""
+def measure_programs(run: Run, programs: Sequence[Program]) -> dict[str, float]:
+    """Score each known program once on the farm (reusing earlier measurements of this run); the
+    OK ones enter the exemplar database (stage "sft", step 0). Returns code sha -> speedup."""
     known = {r.sample_id: r for r in run.db.records(stage="sft")}
-    todo: list[tuple[str, SFTTarget]] = []
-    ids: dict[str, SFTTarget] = {}
-    for t in targets:
-        sid = f"sftdata-{t.task.task_id}-{code_sha256(t.code)[:16]}"
+    todo: list[tuple[str, Program]] = []
+    ids: dict[str, Program] = {}
+    for t in programs:
+        sid = f"sftdata-{t.task.task_id}-{t.sha[:16]}"
         ids[sid] = t
         if sid not in known:
             todo.append((sid, t))
     if todo:
-        log.info("scoring %d SFT targets on the farm (their speedups seed the exemplar buckets)", len(todo))
+        log.info("scoring %d known programs on the farm (their speedups seed the exemplar buckets)", len(todo))
         for sid, t in todo:
             run.farm.submit(sid, t.task.task_id, t.code, tags={"task": t.task.task_id, "stage": "sft-data"})
         got = run.farm.wait([sid for sid, _ in todo], float(run.cfg.farm.wait_timeout_s))
@@ -350,29 +357,48 @@ def measure_sft_targets(run: Run, targets: Sequence[SFTTarget]) -> dict[str, flo
                          prompt_version=PROMPT_VERSION, detail=got[sid].detail[:500])
             for sid, t in todo)
         for sid, t in todo:
-            if not got[sid].ok:
-                log.warning("SFT target for %s is not OK on this farm (%s); shown without a score",
-                            t.task.task_id, got[sid].verdict)
+            if not got[sid].ok and t.kind != "wrong":
+                log.warning("program %s of %s is not OK on this farm (%s); shown without a score",
+                            t.name, t.task.task_id, got[sid].verdict)
         known = {r.sample_id: r for r in run.db.records(stage="sft")}
-    return {code_sha256(t.code): known[sid].speedup for sid, t in ids.items()
+    return {t.sha: known[sid].speedup for sid, t in ids.items()
             if sid in known and known[sid].speedup is not None}
 
 
+def programs(run: Run) -> tuple[list[Program], dict[str, float]]:
+    """The task set's known programs that fit `max_seq_len`, and their measured speedups."""
+    if run._programs is None:
+        device = run.cfg.tasks.variant_device
+        if device == "auto":
+            device = farm_device(run.cfg)
+        fitted = []
+        for t in task_programs(run.tasks, device, mixture=run.cfg.tasks.programs == "mixture"):
+            longest = max(len(run.encode_prompt(p.prompt)) + len(run.encode_completion(p.completion))
+                          for p in sft_pairs_for(t))
+            completion = len(run.encode_completion(t.completion))
+            if longest > int(run.cfg.max_seq_len) or completion > int(run.cfg.sampling.max_new_tokens):
+                log.warning("program %s of %s needs %d tokens (completion %d) > max_seq_len=%d "
+                            "(sampling.max_new_tokens=%d); not used", t.name, t.task.task_id, longest,
+                            completion, run.cfg.max_seq_len, run.cfg.sampling.max_new_tokens)
+            else:
+                fitted.append(t)
+        run._programs = fitted
+        run._measured = measure_programs(run, fitted) if run.cfg.sft.measure_targets and fitted else {}
+    return run._programs, run._measured or {}
+
+
 def sft_pairs(run: Run) -> list[SFTPair]:
-    device = run.cfg.tasks.variant_device
-    if device == "auto":
-        device = farm_device(run.cfg)
-    targets = []
-    for t in builtin_sft_targets(run.tasks, device):
-        longest = max(len(run.encode_prompt(p.prompt)) + len(run.encode_completion(p.completion))
-                      for p in sft_pairs_for(t, 1.0))
-        if longest > int(run.cfg.max_seq_len):
-            log.warning("SFT target for %s needs %d tokens > max_seq_len=%d; not used",
-                        t.task.task_id, longest, run.cfg.max_seq_len)
-        else:
-            targets.append(t)
-    measured = measure_sft_targets(run, targets) if run.cfg.sft.measure_targets and targets else {}
-    pairs = [p for t in targets for p in sft_pairs_for(t, measured.get(code_sha256(t.code)))]
+    """Every known program under the plain prompt and the contrastive prompt (with no exemplars,
+    and with exemplars drawn uniformly from the task's scored programs), except the fast programs
+    of held-out tasks (those appear only as exemplars in evaluation prompts, never in SFT data)."""
+    progs, measured = programs(run)
+    used = [t for t in progs if not (t.task.task_id in run.heldout and t.kind == "fast")]
+    n = int(run.cfg.rl.num_exemplars) or int(run.cfg.eval.num_exemplars)
+    pairs = []
+    for t in used:
+        scored = [Exemplar(p.code.strip(), measured[p.sha]) for p in used
+                  if p.task.task_id == t.task.task_id and p.sha in measured]
+        pairs += sft_pairs_for(t, exemplars_for_sft(t, scored, n) if n > 0 else [])
     if run.cfg.tasks.sft_jsonl:
         pairs += read_jsonl_pairs(run.cfg.tasks.sft_jsonl, run.task_by_id)
     if not pairs:
@@ -394,6 +420,7 @@ def run_sft(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
     if not rows:
         raise TrainConfigError("every SFT pair is longer than max_seq_len")
     log.info("SFT on %d pairs for %d steps", len(rows), total)
+    warmup = int(cfg.sft.warmup_steps)
     loss_fn = functools.partial(lm_loss_sum_count, chunk_size=512)
     bs = int(cfg.sft.batch_size)
     length = length_bucket(max(len(p) + len(c) for p, c in rows), int(cfg.max_seq_len))
@@ -407,6 +434,7 @@ def run_sft(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
                                   scale.micro_batch_tokens(cfg))
             m = {k: float(v) for k, v in jax.device_get(m).items()}
             m["step_s"] = time.perf_counter() - t0
+            m["learning_rate"] = float(cfg.sft.learning_rate) * (min(1.0, step / warmup) if warmup > 0 else 1.0)
             run.writer.write(offset + step + 1, m, stage="sft")
             bar.set_postfix(loss=f"{m['loss']:.3f}")
             bar.update(1)
@@ -416,6 +444,10 @@ def run_sft(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
     return state
 
 
+def _contrastive(run: Run, task: TaskInfo, exemplars: Sequence[Exemplar]) -> str:
+    return contrastive_prompt(task.source, exemplars, order=str(run.cfg.rl.exemplar_order), seed=int(run.cfg.seed))
+
+
 def _prompt_ids(run: Run, task: TaskInfo, exemplars: list[Exemplar] | None) -> tuple[list[int], int] | None:
     """Token ids of the task's prompt that fit `max_seq_len - max_new_tokens`, and the number of
     exemplars shown. `exemplars=None`: the SFT prompt; a list: the contrastive prompt, dropping the
@@ -423,10 +455,10 @@ def _prompt_ids(run: Run, task: TaskInfo, exemplars: list[Exemplar] | None) -> t
     if exemplars is None:
         ids = run.encode_prompt(sft_prompt(task.source))
     else:
-        ids = run.encode_prompt(contrastive_prompt(task.source, exemplars))
+        ids = run.encode_prompt(_contrastive(run, task, exemplars))
         while len(ids) > run.max_prompt_len() and exemplars:
-            exemplars = exemplars[1:]
-            ids = run.encode_prompt(contrastive_prompt(task.source, exemplars))
+            exemplars = sorted(exemplars, key=lambda e: (e.speedup, e.code))[1:]
+            ids = run.encode_prompt(_contrastive(run, task, exemplars))
     if len(ids) > run.max_prompt_len():
         log.warning("prompt for %s is %d tokens > %d; skipped", task.task_id, len(ids), run.max_prompt_len())
         return None
@@ -444,7 +476,7 @@ def _sft_prompts(run: Run, prefix: str, per_task: int) -> list[tuple[str, str, i
 
 def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
     cfg = run.cfg.selfsup
-    k = int(cfg.steps_per_round)
+    k = int(cfg.passes)
     total = int(cfg.rounds) * k
     sampler = _sampler(run, state.params)
     loss_fn = functools.partial(lm_loss_sum_count, chunk_size=512)
@@ -463,15 +495,17 @@ def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainSt
             run.db.add_many(_records(rollouts, outcomes, rewards, offset + step0 + k, "selfsup"))
             wins = [(r.prompt_ids, r.completion_ids) for r in rollouts if outcomes[r.sample_id].ok]
             m = outcome_metrics([outcomes[r.sample_id] for r in rollouts])
-            m.update(tokens_per_s=gen.tokens_per_s, farm_wait_s=waited, successes_trained=len(wins))
+            m.update(tokens_per_s=gen.tokens_per_s, farm_wait_s=waited, successes_trained=len(wins),
+                     learning_rate=float(cfg.learning_rate), **_length_metrics(rollouts))
             if wins:
+                # one update per pass over all of the round's successes (rows padded with empty,
+                # masked-out completions to a multiple of batch_size: few compiled shapes)
                 bs = int(cfg.batch_size)
+                rows = list(wins) + [(wins[0][0], [])] * (-len(wins) % bs)
                 losses = []
-                for j in range(k):
-                    pick = _np_rng(run, gstep + j, 2).choice(len(wins), size=bs, replace=len(wins) < bs)
-                    state, lm = scale.step(state, lm_batch([wins[i] for i in pick], run.policy.pad_id,
-                                                           int(run.cfg.max_seq_len)), loss_fn,
-                                           scale.micro_batch_tokens(run.cfg))
+                for _ in range(k):
+                    state, lm = scale.step(state, lm_batch(rows, run.policy.pad_id, int(run.cfg.max_seq_len)),
+                                           loss_fn, scale.micro_batch_tokens(run.cfg))
                     losses.append(float(lm["loss"]))
                 m["loss"] = float(np.mean(losses))
                 sampler.update_params(state.params)
@@ -483,6 +517,15 @@ def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainSt
             bar.update(1)
             _save(ck, state, 1, total)
     return state
+
+
+def _length_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """Response lengths and the share cut off by max_new_tokens."""
+    if not rollouts:
+        return {}
+    lengths = [len(r.completion_ids) for r in rollouts]
+    return {"response_len_mean": float(np.mean(lengths)), "response_len_max": float(np.max(lengths)),
+            "truncation_rate": float(np.mean([r.finish_reason == "length" for r in rollouts]))}
 
 
 def _sampler(run: Run, params: Any) -> Sampler:
@@ -499,19 +542,25 @@ class _Batch:
 
 
 def _exemplars(run: Run, task: TaskInfo, rng: np.random.Generator) -> list[Exemplar]:
-    """Earlier kernels for the task's contrastive prompt (none for plain GRPO)."""
+    """Earlier kernels for the task's contrastive prompt (none for plain GRPO): drawn by the
+    paper's bucket rule, or uniformly among the task's distinct successful codes ("random")."""
     n = int(run.cfg.rl.num_exemplars)
-    return run.db.sample_exemplars(task.task_id, n, float(run.cfg.rl.tau), rng) if n > 0 else []
+    if n <= 0:
+        return []
+    if run.cfg.rl.exemplar_rule == "random":
+        return sample_random_exemplars(run.db, task.task_id, n, rng)
+    return run.db.sample_exemplars(task.task_id, n, float(run.cfg.rl.tau), rng)
 
 
 def _rl_prompts(run: Run, gstep: int) -> tuple[list[tuple[str, str, int, list[int]]], float]:
     cfg = run.cfg.rl
     rng = _np_rng(run, gstep, 3)
-    n_tasks = min(int(cfg.tasks_per_step), len(run.tasks))
-    chosen = rng.choice(len(run.tasks), size=n_tasks, replace=False)
+    tasks = run.rl_tasks
+    n_tasks = min(int(cfg.tasks_per_step), len(tasks))
+    chosen = rng.choice(len(tasks), size=n_tasks, replace=False)
     out, shown = [], []
     for g, ti in enumerate(sorted(int(i) for i in chosen)):
-        task = run.tasks[ti]
+        task = tasks[ti]
         fitted = _prompt_ids(run, task, _exemplars(run, task, rng))
         if fitted is None:
             continue
@@ -543,8 +592,6 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
     if gcfg.kl_coef > 0:  # the frozen reference in the compute dtype: same results, less memory
         ref_params = scale.reference_copy(ref_params, scale.reference_dtype(run.cfg, state.model.cfg))
     pending: _Batch | None = None
-    if cfg.overlap not in ("auto", "on", "off"):
-        raise TrainConfigError(f"rl.overlap must be 'auto', 'on' or 'off', got {cfg.overlap!r}")
     overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and not run.farm.shares_cpu_with_learner)
     if cfg.overlap == "auto" and not overlap:
         log.warning("rl.overlap is off: the local farm times kernels on this machine's CPU cores, and "
@@ -583,7 +630,8 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
                      infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s,
                      farm_wait_s=waited, update_s=time.perf_counter() - t0, reference_s=ref_s,
                      staleness=float(version - np.mean([r.policy_version for r in rollouts])),
-                     exemplars_in_prompt=batch.num_exemplars)
+                     exemplars_in_prompt=batch.num_exemplars, learning_rate=float(cfg.learning_rate),
+                     **_length_metrics(rollouts))
             run.writer.write(gstep + 1, m, stage="rl")
             bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['reward_mean']:.2f}")
             bar.update(1)
@@ -597,27 +645,85 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
 # evaluation and the report
 
 
-def evaluate(run: Run, params: Any, label: str, *, contrastive: bool, samples_per_task: int,
-             temperature: float, db: ExemplarDB | None = None) -> tuple[SpeedupSummary, list[dict[str, Any]]]:
-    """Sample `samples_per_task` responses per task, score them, summarize.
+EVAL_FORMS = ("plain", "exemplars")
+FORM_LABELS = {"plain": "plain prompt", "exemplars": "frozen exemplars"}
 
-    `contrastive`: the RL prompt form (with `rl.num_exemplars` exemplars from the run's database,
-    none for plain GRPO), else the SFT prompt."""
+
+def eval_forms(cfg: Any) -> list[str]:
+    return [f.strip() for f in str(cfg.eval.prompts).split(",") if f.strip()]
+
+
+def frozen_exemplars(run: Run) -> dict[str, list[Exemplar]]:
+    """The evaluation prompts' exemplars, fixed for the whole run (and shared with other runs
+    through `eval.exemplars_from`): per task the slowed copy and the fast program when the farm
+    scored both OK (chosen by kind, not by score: a noisy CPU farm can swap their measured
+    order), else the slowest and the fastest distinct OK program; then the rest by speedup, up
+    to `eval.num_exemplars`. Shown with their measured speedups. Written to
+    <workdir>/eval_exemplars.json on first use."""
+    path = run.workdir / "eval_exemplars.json"
+    src = Path(run.cfg.eval.exemplars_from) if run.cfg.eval.exemplars_from else path
+    if src.is_file():
+        data = json.loads(src.read_text())
+    else:
+        progs, measured = programs(run)
+        data = {}
+        n = int(run.cfg.eval.num_exemplars)
+        for task in run.tasks:
+            mine = [p for p in progs if p.task.task_id == task.task_id and p.sha in measured]
+            ok = sorted({(measured[p.sha], p.name, p.code.strip()) for p in mine})
+            by_kind = {p.kind: (measured[p.sha], p.name, p.code.strip()) for p in sorted(
+                mine, key=lambda p: measured[p.sha])}
+            if "slowed" in by_kind and "fast" in by_kind:
+                first = [by_kind["slowed"], by_kind["fast"]]
+            else:
+                first = [ok[0], ok[-1]] if len(ok) >= 2 else list(ok)
+            picked = first + [e for e in ok if e not in first]
+            data[task.task_id] = [{"program": name, "speedup": sp, "code": code} for sp, name, code in picked[:n]]
+    if src != path:
+        path.write_text(json.dumps(data, indent=1))
+    elif not path.is_file():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.rename(path)
+    return {t: [Exemplar(e["code"], float(e["speedup"])) for e in ex] for t, ex in data.items()}
+
+
+def _program_names(run: Run) -> dict[tuple[str, str], str]:
+    """(task, code sha) -> program name, for the known programs and the frozen exemplars."""
+    progs, _ = programs(run)
+    return {(p.task.task_id, p.sha): p.name for p in progs}
+
+
+def evaluate(run: Run, params: Any, label: str, *, form: str, samples_per_task: int,
+             temperature: float, db: ExemplarDB | None = None) -> tuple[SpeedupSummary, list[dict[str, Any]]]:
+    """Sample `samples_per_task` responses per task under one prompt form, score them, summarize.
+
+    `form`: "plain" (the SFT prompt) or "exemplars" (the contrastive prompt with the run's frozen
+    exemplar set, `frozen_exemplars`): every stage is evaluated under the same prompts."""
+    if form not in EVAL_FORMS:
+        raise TrainConfigError(f"evaluation prompt form must be one of {', '.join(EVAL_FORMS)}, got {form!r}")
     sampler = _sampler(run, params)
+    frozen = frozen_exemplars(run) if form == "exemplars" else {}
+    names = _program_names(run)
     prompts = []
-    rng = _np_rng(run, 0, 7)
     for g, t in enumerate(run.tasks):
-        fitted = _prompt_ids(run, t, _exemplars(run, t, rng) if contrastive else None)
+        fitted = _prompt_ids(run, t, list(frozen.get(t.task_id, [])) if form == "exemplars" else None)
         if fitted is not None:
-            prompts += [(f"eval-{label}-{g}-{k}", t.task_id, g, fitted[0]) for k in range(samples_per_task)]
+            prompts += [(f"eval-{label}-{form}-{g}-{k}", t.task_id, g, fitted[0]) for k in range(samples_per_task)]
     rollouts, _ = generate_rollouts(sampler, run.tokenizer, prompts, run.sampling(temperature),
                                     _jax_key(run, 0, 9), policy_version=-1,
                                     batch_size=int(run.cfg.sampling.batch_size))
     outcomes, _ = _outcomes(run, rollouts, _score_rollouts(run, rollouts, f"eval:{label}"))
     if db is not None:
-        db.add_many(_records(rollouts, outcomes, {}, 0, f"eval:{label}"))
-    samples = [dict(task=r.task_id, verdict=outcomes[r.sample_id].verdict, speedup=outcomes[r.sample_id].speedup,
-                    detail=outcomes[r.sample_id].detail[:200]) for r in rollouts]
+        db.add_many(_records(rollouts, outcomes, {}, 0, f"eval:{label}:{form}"))
+    samples = []
+    for r in rollouts:
+        o = outcomes[r.sample_id]
+        sha = code_sha256(r.code) if r.code else ""
+        program = names.get((r.task_id, sha), f"new:{sha[:8]}") if r.code else "unparsed"
+        samples.append(dict(task=r.task_id, verdict=o.verdict, speedup=o.speedup, detail=o.detail[:200],
+                            program=program, heldout=r.task_id in run.heldout, seed=int(run.cfg.seed),
+                            response_len=len(r.completion_ids), truncated=r.finish_reason == "length"))
     return summarize([s["speedup"] for s in samples]), samples
 
 
@@ -630,37 +736,61 @@ def _eval_pending(run: Run, stage: str) -> bool:
 
 
 def _eval_stage(run: Run, stage: str, params: Any) -> None:
-    """Evaluate the stage's final policy and keep the result (once: see `_eval_pending`)."""
+    """Evaluate the stage's final policy under every configured prompt form (once: see
+    `_eval_pending`)."""
     out = _eval_path(run, stage)
     label = stage_label(run.cfg, stage)
     log.info("evaluating the policy %s", label)
+    forms, rows = {}, {}
     with ExemplarDB(run.workdir / "eval.sqlite") as edb:
-        summary, samples = evaluate(run, params, stage, contrastive=stage == "rl",
-                                    samples_per_task=int(run.cfg.eval.samples_per_task),
-                                    temperature=float(run.cfg.eval.temperature), db=edb)
+        for form in eval_forms(run.cfg):
+            summary, samples = evaluate(run, params, stage, form=form,
+                                        samples_per_task=int(run.cfg.eval.samples_per_task),
+                                        temperature=float(run.cfg.eval.temperature), db=edb)
+            forms[form] = {"summary": summary.to_dict(), "samples": samples}
+            rows[f"{label} | {FORM_LABELS[form]}"] = summary
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"label": label, "summary": summary.to_dict(), "samples": samples}, indent=1))
+    tmp.write_text(json.dumps({"label": label, "forms": forms}, indent=1))
     tmp.rename(out)
-    print(format_table({label: summary}), flush=True)
+    print(format_table(rows), flush=True)
 
 
-def final_report(run: Run, stages: Sequence[str]) -> dict[str, Path]:
-    rows, groups, verdicts = {}, {}, {}
+def load_stage_evals(workdir: Path, stages: Sequence[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """{form: {stage label: samples}} from <workdir>/eval/<stage>.json, in stage order."""
+    by_form: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for stage in stages:
-        f = _eval_path(run, stage)
+        f = workdir / "eval" / f"{stage}.json"
         if not f.is_file():
             continue
         data = json.loads(f.read_text())
-        label = data["label"]
-        speedups = [s["speedup"] for s in data["samples"]]
-        rows[label] = summarize(speedups)
-        groups[label] = [s for s in speedups if s is not None]
-        verdicts[label] = [s["verdict"] for s in data["samples"]]
-    if not rows:
+        for form, d in data.get("forms", {}).items():
+            by_form.setdefault(form, {})[data["label"]] = d["samples"]
+    return by_form
+
+
+def final_report(run: Run, stages: Sequence[str]) -> dict[str, Path]:
+    by_form = load_stage_evals(run.workdir, stages)
+    speedups, verdicts, texts, mds = {}, {}, [], []
+    for form, labelled in by_form.items():
+        for label, samples in labelled.items():
+            key = f"{label} | {FORM_LABELS.get(form, form)}"
+            speedups[key] = [s["speedup"] for s in samples]
+            verdicts[key] = [s["verdict"] for s in samples]
+        text, md = stage_notes(labelled, FORM_LABELS.get(form, form))
+        texts.append(text)
+        mds.append(md)
+        held = {label: [s for s in samples if s.get("heldout")] for label, samples in labelled.items()}
+        if any(held.values()):
+            text, md = stage_notes(held, f"{FORM_LABELS.get(form, form)}, held-out tasks only")
+            texts.append(text)
+            mds.append(md)
+    if not speedups:
         return {}
-    paths = write_report(run.workdir / "report", rows, groups, verdicts)
-    print("\n" + format_table(rows, title=f"Speedups of sampled kernels ({run.workdir})"), flush=True)
+    paths = write_report(run.workdir / "report", speedups, verdicts,
+                         title=f"Speedups of sampled kernels ({run.workdir}; failures count as 0)",
+                         notes_text="\n".join(texts), notes_md="\n".join(mds))
+    print("\n" + paths["txt"].read_text(), flush=True)
     print(f"report: {', '.join(str(p) for p in paths.values())}", flush=True)
     return paths
 
@@ -689,15 +819,28 @@ def _corpus(tasks: Sequence[TaskInfo]) -> list[str]:
         texts += [v.path.read_text() for v in suite.variants(t.task_id)]
     for t in tasks:
         texts += [sft_prompt(t.source), contrastive_prompt(t.source, [])]
+    texts += [p.completion for p in task_programs(list(tasks), "cpu", mixture=True)]
     return texts
 
 
 def open_run(cfg: Any, *, record_config: bool = True) -> Run:
+    validate_config(cfg)
     workdir = Path(cfg.workdir)
+    recorded = workdir / "config.json"
+    if record_config and recorded.is_file() and (workdir / "ckpt").is_dir():
+        problems = resume_conflicts(json.loads(recorded.read_text()), cfg)
+        if problems and not cfg.resume_force:
+            raise TrainConfigError(
+                f"{workdir} holds a run with a different config: " + "; ".join(problems)
+                + ". Resuming would mix incompatible steps and exemplar rows: use a new workdir, "
+                "or --config.resume_force=True to resume anyway")
+        for p in problems:
+            log.warning("resume_force: %s", p)
     workdir.mkdir(parents=True, exist_ok=True)
     if record_config:
-        (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=1))
+        recorded.write_text(cfg.to_json_best_effort(indent=1))
     tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
+    heldout = frozenset(heldout_ids(cfg, tasks))
     policy = build_policy(cfg, workdir, _corpus(tasks))
     scale.run_memory_plan(cfg, policy.model_config, policy.mesh)
     db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width))
@@ -705,7 +848,32 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
     settings = FarmSettings.from_config(cfg.farm)
     return Run(cfg=cfg, workdir=workdir, policy=policy, tasks=tasks, db=db, writer=writer,
                farm_factory=lambda: Farm(settings, workdir, task_suite=str(cfg.tasks.suite),
-                                         task_hashes={t.task_id: t.sha256 for t in tasks}))
+                                         task_hashes={t.task_id: t.sha256 for t in tasks}),
+               heldout=heldout)
+
+
+def heldout_ids(cfg: Any, tasks: Sequence[TaskInfo]) -> list[str]:
+    """`tasks.heldout` resolved to task ids of the task set (kept out of RL and of SFT's fast
+    programs; evaluated like the others)."""
+    from evalfarm.tasks.suite import builtin_suite, kernelbench_suite
+
+    keys = [k.strip() for k in str(cfg.tasks.heldout).split(",") if k.strip()]
+    if not keys:
+        return []
+    suite = builtin_suite() if cfg.tasks.suite == "builtin" else kernelbench_suite(cfg.tasks.suite)
+    ids = {t.task_id for t in tasks}
+    out = []
+    for k in keys:
+        try:
+            tid = suite.find(k).task_id
+        except Exception as err:  # noqa: BLE001 - an unknown id: say which
+            raise TrainConfigError(f"tasks.heldout: {err}") from None
+        if tid not in ids:
+            raise TrainConfigError(f"tasks.heldout: {k} is not in tasks.ids")
+        out.append(tid)
+    if len(out) >= len(ids) and "rl" in stage_list(cfg):
+        raise TrainConfigError("tasks.heldout holds every task: RL would have nothing to train on")
+    return out
 
 
 def train(cfg: Any) -> dict[str, Path]:
@@ -715,6 +883,8 @@ def train(cfg: Any) -> dict[str, Path]:
     maybe_initialize_distributed(distributed_config(cfg))
     run = open_run(cfg)
     try:
+        if cfg.sft.measure_targets:
+            programs(run)  # measured once, before any stage: they seed the exemplar buckets
         for stage in stages:
             if stage_done(run, stage):
                 log.info("stage %s already complete", stage)

@@ -24,6 +24,7 @@ from learner.exemplars import (
     SampleRecord,
     code_sha256,
     sample_from_buckets,
+    sample_random_exemplars,
 )
 from learner.prompts import Exemplar
 
@@ -506,3 +507,19 @@ def test_cli_missing_or_bad_db(tmp_path: Path, capsys: pytest.CaptureFixture[str
     junk.write_bytes(b"not sqlite" * 200)
     assert _cli(["--db", str(junk)]) == 2
     assert "cannot open" in capsys.readouterr().err
+
+
+def test_random_rule_is_uniform_over_distinct_codes(stat_db: ExemplarDB) -> None:
+    # The control arm: every distinct OK code equally likely, whatever its bucket or score.
+    rng = np.random.default_rng(5)
+    hits: Counter[str] = Counter()
+    for _ in range(DRAWS):
+        (ex,) = sample_random_exemplars(stat_db, TASK, 1, rng)
+        hits[_tag(ex)] += 1
+    p = 1 / len(STAT_SPEEDUPS)
+    for tag in STAT_SPEEDUPS:
+        assert _within(hits[tag] / DRAWS, p, DRAWS), (tag, hits[tag] / DRAWS, p)
+    pair = sample_random_exemplars(stat_db, TASK, 2, rng)
+    assert len({e.code for e in pair}) == 2 and pair == sorted(pair, key=lambda e: (e.speedup, e.code))
+    assert len(sample_random_exemplars(stat_db, TASK, 99, rng)) == len(STAT_SPEEDUPS)
+    assert sample_random_exemplars(stat_db, "no-such-task", 2, rng) == []

@@ -18,9 +18,10 @@ from learner.report import (
     format_table,
     summarize,
     verdict_breakdown,
-    write_histogram,
+    write_plot,
     write_report,
 )
+from learner.stats import bootstrap_mean, difference_of_means, paired_difference
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -180,13 +181,24 @@ def test_read_jsonl_rejects_corruption_in_the_middle(tmp_path: Path) -> None:
 def test_summarize_hand_computed() -> None:
     s = summarize([2.0, None, 0.5, 1.0, 4.0])
     assert (s.total, s.success, s.speedup_gt_1) == (5, 4, 2)
-    assert s.mean == pytest.approx(1.875)
+    # The paper's figures: the failure counts as 0 -> [0, 0.5, 1, 2, 4]
+    assert s.mean == pytest.approx(7.5 / 5)
     assert s.max == pytest.approx(4.0)
-    # sorted successes [0.5, 1, 2, 4]; linear interpolation at ranks 0.75, 1.5, 2.25
-    assert s.p25 == pytest.approx(0.875)
-    assert s.p50 == pytest.approx(1.5)
-    assert s.p75 == pytest.approx(2.5)
-    assert s.geomean == pytest.approx(math.sqrt(2.0))  # (2 * 0.5 * 1 * 4) ** (1/4)
+    assert (s.p25, s.p50, s.p75) == (pytest.approx(0.5), pytest.approx(1.0), pytest.approx(2.0))
+    # Over successes: sorted [0.5, 1, 2, 4]; linear interpolation at ranks 0.75, 1.5, 2.25
+    assert s.mean_ok == pytest.approx(1.875)
+    assert s.p25_ok == pytest.approx(0.875)
+    assert s.p50_ok == pytest.approx(1.5)
+    assert s.p75_ok == pytest.approx(2.5)
+    assert s.geomean_ok == pytest.approx(math.sqrt(2.0))  # (2 * 0.5 * 1 * 4) ** (1/4)
+    assert s.success_rate == pytest.approx(0.8)
+
+
+def test_a_stage_that_drops_its_slow_tasks_does_not_look_faster() -> None:
+    solves_all = summarize([1.1, 1.2, 5.0, 6.0])
+    drops_slow = summarize([None, None, 5.0, 6.0])
+    assert drops_slow.mean_ok > solves_all.mean_ok  # the old, flattering view
+    assert drops_slow.mean < solves_all.mean  # the headline
 
 
 def test_summarize_exactly_one_is_not_a_speedup() -> None:
@@ -198,13 +210,14 @@ def test_summarize_exactly_one_is_not_a_speedup() -> None:
 def test_summarize_all_none() -> None:
     s = summarize([None, None, None])
     assert (s.total, s.success, s.speedup_gt_1) == (3, 0, 0)
-    assert all(v is None for v in (s.mean, s.max, s.p75, s.p50, s.p25, s.geomean))
+    assert (s.mean, s.max, s.p50) == (0.0, 0.0, 0.0)
+    assert all(v is None for v in (s.mean_ok, s.p75_ok, s.p50_ok, s.p25_ok, s.geomean_ok))
 
 
 def test_summarize_empty() -> None:
     s = summarize([])
     assert (s.total, s.success, s.speedup_gt_1) == (0, 0, 0)
-    assert s.mean is None and s.geomean is None
+    assert s.mean is None and s.geomean_ok is None and s.success_rate == 0.0
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
@@ -217,7 +230,7 @@ def test_summary_to_dict_is_plain_json() -> None:
     s = summarize([np.float32(2.0), 3.0, None])
     d = s.to_dict()
     assert d == json.loads(json.dumps(d))
-    assert all(type(d[k]) is float for k in ("mean", "max", "p75", "p50", "p25", "geomean"))
+    assert all(type(d[k]) is float for k in ("mean", "max", "p75", "p50", "p25", "geomean_ok"))
     assert SpeedupSummary.from_dict(d) == s
 
 
@@ -240,15 +253,19 @@ def test_format_table_contains_labels_and_figures() -> None:
     for col in ("mean", "max", "75%", "50%", "25%", "success", ">1x"):
         assert col in header
     sft = next(ln for ln in lines if ln.startswith("after SFT"))
-    assert sft.split()[2:] == ["1.88x", "4.00x", "2.50x", "1.50x", "0.88x", "4/5", "2"]
+    assert sft.split()[2:] == ["1.50x", "4.00x", "2.00x", "1.00x", "0.50x", "4/5", "2"]
     rl = next(ln for ln in lines if ln.startswith("after contrastive RL"))
     assert "12.35x" in rl and "4/5" in rl
     none = next(ln for ln in lines if ln.startswith("no successes"))
-    assert none.split()[2:] == ["-"] * 5 + ["0/2", "0"]
-    # Fixed width: every data row is as wide as (or narrower than, after rstrip) the header.
+    assert none.split()[2:] == ["0.00x"] * 5 + ["0/2", "0"]
     data = [sft, rl, none]
     assert len({ln.index("4/5") + 3 for ln in (sft, rl)}) == 1  # success column aligned
     assert all(len(ln) <= len(header) for ln in data)
+    ok_only = format_table(_rows(), successes_only=True).splitlines()
+    sft_ok = next(ln for ln in ok_only if ln.startswith("after SFT"))
+    assert sft_ok.split()[2:] == ["1.88x", "4.00x", "2.50x", "1.50x", "0.88x", "4/5", "2"]
+    none_ok = next(ln for ln in ok_only if ln.startswith("no successes"))
+    assert none_ok.split()[2:] == ["-"] * 5 + ["0/2", "0"]
 
 
 def test_format_markdown_has_separator_row() -> None:
@@ -256,7 +273,7 @@ def test_format_markdown_has_separator_row() -> None:
     assert md[0].startswith("| label |") and "| >1x |" in md[0]
     assert md[1].replace("|", "").replace("-", "").replace(":", "") == ""
     assert md[1].count("|") == md[0].count("|") == 9
-    assert any(ln.startswith("| after SFT | 1.88x | 4.00x |") for ln in md)
+    assert any(ln.startswith("| after SFT | 1.50x | 4.00x |") for ln in md)
     assert any("a\\|b" in ln for ln in md)  # a pipe in a label does not break the table
     assert len(md) == 2 + 4
 
@@ -267,66 +284,95 @@ def test_verdict_breakdown_sorted_by_count() -> None:
     assert verdict_breakdown([]) == {}
 
 
-# --------------------------------------------------------------------------- histogram / report
+# --------------------------------------------------------------------------- plot / report
 
 
-def test_write_histogram_png(tmp_path: Path) -> None:
+def test_write_plot_png(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    groups = {
-        "after SFT": list(2.0 ** rng.normal(0.0, 1.0, 200)),
+    speedups = {
+        "after SFT": [*list(2.0 ** rng.normal(0.0, 1.0, 200)), None, None],
         "after RL": list(2.0 ** rng.normal(1.0, 1.0, 200)),
         "empty": [],
     }
-    out = write_histogram(groups, tmp_path / "sub" / "dir" / "hist.png")
-    assert out == tmp_path / "sub" / "dir" / "hist.png"
+    verdicts = {"after SFT": ["OK"] * 200 + ["INCORRECT", "PARSE_FAILURE"], "after RL": ["OK"] * 200,
+                "empty": []}
+    out = write_plot(speedups, verdicts, tmp_path / "sub" / "dir" / "plot.png")
+    assert out == tmp_path / "sub" / "dir" / "plot.png"
     _assert_png(out)
 
 
-def test_write_histogram_empty_groups(tmp_path: Path) -> None:
-    _assert_png(write_histogram({"a": [], "b": []}, tmp_path / "empty.png"))
-    _assert_png(write_histogram({}, tmp_path / "none.png"))
-
-
-def test_write_histogram_single_value(tmp_path: Path) -> None:
-    _assert_png(write_histogram({"one": [1.0]}, tmp_path / "one.png"))
+def test_write_plot_without_successes(tmp_path: Path) -> None:
+    _assert_png(write_plot({"a": [None], "b": []}, {"a": ["TIMEOUT"]}, tmp_path / "empty.png"))
+    _assert_png(write_plot({}, {}, tmp_path / "none.png"))
+    _assert_png(write_plot({"one": [1.0]}, {"one": ["OK"]}, tmp_path / "one.png"))
 
 
 def test_write_report_all_files_consistent(tmp_path: Path) -> None:
-    rows = _rows()
-    groups = {
-        "after SFT": [2.0, 0.5, 1.0, 4.0],
-        "after contrastive RL": [3.0, 1.5, 12.345, 0.9],
+    speedups = {
+        "after SFT": [2.0, None, 0.5, 1.0, 4.0],
+        "after contrastive RL": [3.0, 1.5, None, 12.345, 0.9],
+        "no successes": [None, None],
     }
     verdicts = {
-        "after SFT": ["OK", "OK", "OK", "OK", "INCORRECT"],
+        "after SFT": ["OK", "INCORRECT", "OK", "OK", "OK"],
         "after contrastive RL": ["OK", "OK", "COMPILE_ERROR", "OK", "OK"],
+        "no successes": ["PARSE_FAILURE", "TIMEOUT"],
     }
-    paths = write_report(tmp_path / "out" / "level1.v2", rows, groups, verdicts)
+    paths = write_report(tmp_path / "out" / "level1.v2", speedups, verdicts, notes_text="N-TEXT",
+                         notes_md="N-MD", extra_json={"extra": 1})
     assert set(paths) == {"txt", "md", "json", "png"}
     for ext, p in paths.items():
         assert p == tmp_path / "out" / f"level1.v2.{ext}"
         assert p.is_file() and p.stat().st_size > 0
 
+    rows = _rows()
     txt = paths["txt"].read_text()
-    assert txt.startswith(format_table(rows))
-    assert "INCORRECT" in txt and "COMPILE_ERROR" in txt and "20.0%" in txt
+    assert format_table(rows, title="Speedups (failures count as 0, as in the paper)") in txt
+    assert format_table(rows, title="Over successful samples only", successes_only=True) in txt
+    assert "INCORRECT" in txt and "COMPILE_ERROR" in txt and "20.0%" in txt and "N-TEXT" in txt
 
-    assert paths["md"].read_text() == format_markdown(rows)
+    md = paths["md"].read_text()
+    assert format_markdown(rows) in md and format_markdown(rows, successes_only=True) in md
+    assert "![speedup distribution and verdicts](level1.v2.png)" in md and "N-MD" in md
+    assert "| label | OK | COMPILE_ERROR | INCORRECT | PARSE_FAILURE | TIMEOUT | total |" in md
+    assert "| after SFT | 4 | 0 | 1 | 0 | 0 | 5 |" in md
 
     payload = json.loads(paths["json"].read_text())
-    assert payload["summaries"] == {k: v.to_dict() for k, v in rows.items()}
+    assert payload["summaries"] == {k: v.to_dict() for k, v in rows.items()} and payload["extra"] == 1
     assert payload["verdicts"]["after SFT"] == {"OK": 4, "INCORRECT": 1}
-    # The verdict counts agree with the summaries.
     for label, counts in payload["verdicts"].items():
         assert counts.get("OK", 0) == payload["summaries"][label]["success"]
         assert sum(counts.values()) == payload["summaries"][label]["total"]
-
     _assert_png(paths["png"])
 
 
 def test_write_report_without_verdicts(tmp_path: Path) -> None:
-    rows = {"only": summarize([1.2, None])}
-    paths = write_report(tmp_path / "r", rows, {"only": [1.2]})
+    paths = write_report(tmp_path / "r", {"only": [1.2, None]})
     assert "verdicts" not in paths["txt"].read_text()
     assert json.loads(paths["json"].read_text())["verdicts"] == {}
     _assert_png(paths["png"])
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def test_bootstrap_mean_covers_the_truth_and_narrows_with_more_cells() -> None:
+    rng = np.random.default_rng(3)
+    small = bootstrap_mean(rng.normal(1.0, 1.0, 20), seed=1)
+    large = bootstrap_mean(rng.normal(1.0, 1.0, 2000), seed=1)
+    assert small.low < small.estimate < small.high and small.cells == 20
+    assert large.low < 1.0 < large.high
+    assert (large.high - large.low) < (small.high - small.low) / 5
+    assert bootstrap_mean([2.0, 2.0, 2.0]).format().startswith("+2.000 [+2.000, +2.000]")
+    assert bootstrap_mean([]).cells == 0 and "no cells" in bootstrap_mean([]).format()
+
+
+def test_paired_difference_uses_shared_cells_only() -> None:
+    before = {("L1/1", 0): 1.0, ("L1/2", 0): 2.0, ("L1/4", 0): 3.0}
+    after = {("L1/1", 0): 2.0, ("L1/2", 0): 3.0, ("L2/6", 0): 9.0}
+    d = paired_difference(after, before)
+    assert d.cells == 2 and d.estimate == pytest.approx(1.0) and d.excludes_zero
+    noise = paired_difference({i: float(i % 2) for i in range(40)}, {i: float((i + 1) % 2) for i in range(40)})
+    assert not noise.excludes_zero
+    gap = difference_of_means([1.0, 1.2, 0.8] * 10, [0.0, 0.2, -0.2] * 10)
+    assert gap.estimate == pytest.approx(1.0) and gap.excludes_zero

@@ -20,11 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 # A small version of configs/demo.py: two tasks, short completions, a handful of steps.
 OVERRIDES = [
     "--config.tasks.ids=L1/1,L2/6",
+    "--config.tasks.heldout=",
+    "--config.tasks.programs=fast",
     "--config.sft.steps=80",
     "--config.sft.batch_size=4",
     "--config.selfsup.rounds=1",
     "--config.selfsup.samples_per_task=2",
-    "--config.selfsup.steps_per_round=3",
+    "--config.selfsup.passes=3",
     "--config.rl.steps=4",
     "--config.rl.tasks_per_step=2",
     "--config.rl.group_size=2",
@@ -138,22 +140,29 @@ def test_three_stages_then_kill_during_rl_and_resume(tmp_path):
 
     # SFT taught the protocol: the policy's samples after SFT parse and at least one passes.
     sft_eval = json.loads((workdir / "eval" / "sft.json").read_text())
-    assert any(s["verdict"] == "OK" for s in sft_eval["samples"]), sft_eval
+    assert set(sft_eval["forms"]) == {"plain", "exemplars"}  # every stage under the same prompts
+    assert any(s["verdict"] == "OK" for f in sft_eval["forms"].values() for s in f["samples"]), sft_eval
+    assert all(s["program"] for f in sft_eval["forms"].values() for s in f["samples"])
+    frozen = json.loads((workdir / "eval_exemplars.json").read_text())
+    assert set(frozen) == {"L1/1", "L2/6"}
     for suffix in ("txt", "md", "json", "png"):
         assert (workdir / f"report.{suffix}").stat().st_size > 0
     report = (workdir / "report.txt").read_text()
-    assert "after SFT" in report and "after contrastive RL" in report
+    assert "after SFT | plain prompt" in report and "after contrastive RL | frozen exemplars" in report
+    assert "Programs emitted" in report and "Did the stages move?" in report
+    metrics = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert all("learning_rate" in m and "truncation_rate" in m for m in metrics if m["stage"] in ("rl", "selfsup"))
     assert not _daemon_pids(workdir), "the resumed run left its daemon running"
 
     # `learner eval` makes the same table for a checkpoint; the run's own config stays as it was.
     config_before = (workdir / "config.json").read_text()
     ev = subprocess.run([sys.executable, "-m", "learner", "eval", "--config", str(REPO / "configs" / "demo.py"),
                          f"--config.workdir={workdir}", *OVERRIDES, "--checkpoint", str(workdir / "ckpt" / "rl"),
-                         "--contrastive", "--out", str(tmp_path / "evalrep")],
+                         "--prompts", "exemplars", "--out", str(tmp_path / "evalrep")],
                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
     assert ev.returncode == 0, (ev.stdout + ev.stderr)[-3000:]
-    assert "rl (contrastive prompts)" in ev.stdout and "success" in ev.stdout
-    summary = json.loads((tmp_path / "evalrep.json").read_text())["summaries"]["rl (contrastive prompts)"]
+    assert "rl | frozen exemplars" in ev.stdout and "success" in ev.stdout
+    summary = json.loads((tmp_path / "evalrep.json").read_text())["summaries"]["rl | frozen exemplars"]
     assert summary["total"] == 2 and 0 <= summary["success"] <= 2
     assert (workdir / "config.json").read_text() == config_before
     bad = subprocess.run([sys.executable, "-m", "learner", "eval", "--config", str(REPO / "configs" / "demo.py"),

@@ -10,14 +10,18 @@ import pytest
 
 from configs import demo
 from learner.farm import FarmOutcome
-from learner.prompts import contrastive_prompt, parse_response, sft_prompt
+from learner.prompts import Exemplar, contrastive_prompt, parse_response, sft_prompt
 from learner.rollout import Rollout, grpo_batch, length_bucket, lm_batch
 from learner.tasks import (
     TaskSetError,
     builtin_sft_targets,
+    exemplars_for_sft,
     load_task_set,
     read_jsonl_pairs,
+    renamed_reference,
     sft_pairs_for,
+    slowed_reference,
+    task_programs,
 )
 from learner.train import TrainConfigError, outcome_metrics, stage_list, stage_offsets, stage_steps
 
@@ -37,18 +41,72 @@ def test_sft_targets_are_correct_variants_and_parse():
     tasks = load_task_set("builtin", "L1/1,L2/6")
     targets = builtin_sft_targets(tasks, "cpu")
     assert {t.task.task_id for t in targets} == {"L1/1", "L2/6"}
+    assert {t.kind for t in targets} == {"fast"}
     for t in targets:
         parsed = parse_response(t.completion)
         assert parsed.code == t.code.strip()  # the completion round-trips through the parser
-        pairs = sft_pairs_for(t, None)
+        pairs = sft_pairs_for(t)
         assert [p.prompt for p in pairs] == [sft_prompt(t.task.source), contrastive_prompt(t.task.source, [])]
-        shown = sft_pairs_for(t, 2.5)[-1]
-        assert "2.5" in shown.prompt and t.code.strip() in shown.prompt
+        # no pair shows the target itself as an exemplar (that would teach copying)
+        assert all(t.code.strip() not in p.prompt for p in pairs)
     # CUDA-only variants are not SFT data for a CPU farm, and are for a CUDA one.
     cuda_tasks = [t for t in load_task_set("builtin", "")]
     n_cpu = len(builtin_sft_targets(cuda_tasks, "cpu"))
     n_cuda = len(builtin_sft_targets(cuda_tasks, "cuda"))
-    assert n_cuda > n_cpu > 0
+    n_any = len(builtin_sft_targets(cuda_tasks, "any"))
+    assert n_cuda > n_cpu > n_any > 0
+
+
+def test_program_mixture_programs_are_distinct_and_parse():
+    tasks = load_task_set("builtin", "L1/2,L2/6,L1/8")
+    progs = task_programs(tasks, "any", mixture=True)
+    for t in tasks:
+        mine = [p for p in progs if p.task == t]
+        assert {p.kind for p in mine} == {"reference", "slowed", "fast", "wrong"}
+        assert len({p.sha for p in mine}) == len(mine) and len({p.name for p in mine}) == len(mine)
+        for p in mine:
+            parsed = parse_response(p.completion)
+            assert parsed.code == p.code.strip()
+        # exemplars for the contrastive SFT pair: drawn uniformly, whatever the target
+        pool = [Exemplar(p.code.strip(), float(i + 1)) for i, p in enumerate(mine) if p.kind != "wrong"]
+        shown = exemplars_for_sft(mine[0], pool, 2)
+        assert len(shown) == 2 and shown == exemplars_for_sft(mine[0], pool, 2)  # reproducible
+        third = sft_pairs_for(mine[0], shown)[2]
+        assert all(e.code in third.prompt for e in shown) and third.completion == mine[0].completion
+        ref = next(p for p in mine if p.kind == "reference")
+        assert "class ModelNew" in ref.code and "get_inputs" not in ref.code and "class Model(" not in ref.code
+        slow = next(p for p in mine if p.kind == "slowed")
+        assert "def _forward(" in slow.code and slow.code.count("self._forward(*args)") == 2
+
+
+def test_sft_exemplars_are_not_chosen_by_target_or_speed():
+    tasks = load_task_set("builtin", "L1/1,L1/2,L1/4,L2/6,L2/7,L2/3,L1/8")
+    progs = [p for p in task_programs(tasks, "any", mixture=True) if p.kind != "wrong"]
+    shown_target = shown_fastest = 0
+    for p in progs:
+        pool = [Exemplar(q.code.strip(), 1.0 + i) for i, q in enumerate(progs) if q.task == p.task]
+        shown = exemplars_for_sft(p, pool, 2)
+        shown_target += any(e.code == p.code.strip() for e in shown)
+        shown_fastest += any(e.speedup == max(x.speedup for x in pool) for e in shown)
+    n = len(progs)  # 3 correct programs per task, 2 shown: each is shown with probability 2/3
+    assert n / 3 < shown_target < n and n / 3 < shown_fastest < n
+
+
+def test_renamed_and_slowed_reference_compute_the_reference_output():
+    import torch
+
+    for tid in ("L1/2", "L2/6"):
+        task = load_task_set("builtin", tid)[0]
+        ns: dict = {}
+        exec(compile(task.source, "ref", "exec"), ns)  # noqa: S102 - the suite's own task file
+        torch.manual_seed(0)
+        inputs = [x[:8] if x.dim() else x for x in ns["get_inputs"]()]
+        want = ns["Model"](*ns["get_init_inputs"]())(*inputs)
+        for make in (renamed_reference, slowed_reference):
+            cand: dict = {}
+            exec(compile(make(task.source), "cand", "exec"), cand)  # noqa: S102
+            got = cand["ModelNew"](*ns["get_init_inputs"]())(*inputs)
+            torch.testing.assert_close(got, want)
 
 
 def test_jsonl_pairs_both_forms_and_errors(tmp_path):
@@ -100,7 +158,7 @@ def test_stage_bookkeeping_from_config():
     assert stage_list(cfg) == ["sft", "selfsup", "rl"]
     offsets = stage_offsets(cfg)
     assert offsets["selfsup"] == stage_steps(cfg, "sft")
-    assert offsets["rl"] == stage_steps(cfg, "sft") + cfg.selfsup.rounds * cfg.selfsup.steps_per_round
+    assert offsets["rl"] == stage_steps(cfg, "sft") + cfg.selfsup.rounds * cfg.selfsup.passes
     cfg.stages = "rl,sft"
     with pytest.raises(TrainConfigError, match="order"):
         stage_list(cfg)

@@ -1,0 +1,177 @@
+"""Validation of a run's config before anything starts, and resume compatibility.
+
+`validate_config` checks every choice field, count and cross-field rule at start, so a typo in
+``--config.rl.overlap=of`` is a one-line error before SFT, not a crash when RL begins.
+`resume_conflicts` compares the config recorded in a workdir with the new one: a change that
+moves step numbers (a stage's length, when a later stage follows) or changes the weights' shapes
+would make resume restore the wrong checkpoint or delete the wrong exemplar rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from learner.prompts import EXEMPLAR_ORDERS
+
+STAGES = ("sft", "selfsup", "rl")
+EVAL_FORMS = ("plain", "exemplars")
+
+
+class TrainConfigError(ValueError):
+    """The run configuration is inconsistent."""
+
+
+# field -> allowed values (also listed by `learner train --help`)
+CHOICES: dict[str, tuple[Any, ...]] = {
+    "tasks.variant_device": ("auto", "cpu", "cuda", "any"),
+    "tasks.programs": ("fast", "mixture"),
+    "model.param_dtype": ("float32", "bfloat16", "float16"),
+    "model.compute_dtype": ("float32", "bfloat16", "float16"),
+    "model.attention_impl": ("auto", "cudnn", "xla"),
+    "rl.overlap": ("auto", "on", "off"),
+    "rl.exemplar_rule": ("bucket", "random"),
+    "rl.exemplar_order": EXEMPLAR_ORDERS,
+    "rl.grpo.kl_estimator": ("k1", "k2", "k3"),
+    "rl.grpo.aggregation": ("token", "sequence"),
+    "farm.local_device": ("auto", "cpu", "cuda"),
+}
+LISTS: dict[str, tuple[str, ...]] = {"stages": STAGES, "eval.prompts": EVAL_FORMS}
+
+POSITIVE_INTS = ("max_seq_len", "sampling.max_new_tokens", "sampling.batch_size", "sft.batch_size",
+                 "selfsup.samples_per_task", "selfsup.batch_size", "selfsup.passes", "rl.tasks_per_step",
+                 "rl.group_size", "eval.samples_per_task", "farm.local_daemons", "farm.local_slots",
+                 "keep_checkpoints", "checkpoint_every", "sft.checkpoint_every")
+NON_NEGATIVE = ("sft.steps", "selfsup.rounds", "rl.steps", "rl.num_exemplars", "eval.num_exemplars",
+                "sft.warmup_steps", "sft.learning_rate", "selfsup.learning_rate", "rl.learning_rate",
+                "rl.grpo.kl_coef", "sampling.temperature")
+POSITIVE_FLOATS = ("rl.tau", "rl.bucket_width", "rl.reward_clip", "sampling.top_p")
+
+# Fields whose change makes an existing workdir's checkpoints / database rows wrong for the run.
+WEIGHT_FIELDS = ("model.hf_dir", "model.vocab_size", "model.hidden_size", "model.intermediate_size",
+                 "model.num_layers", "model.num_heads", "model.num_kv_heads", "init_from")
+
+
+def get(cfg: Any, path: str) -> Any:
+    node = cfg
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
+def _err(path: str, value: Any, why: str) -> TrainConfigError:
+    return TrainConfigError(f"config.{path}={value!r}: {why}")
+
+
+def _items(value: Any) -> list[str]:
+    return [s.strip() for s in str(value).split(",") if s.strip()]
+
+
+def validate_config(cfg: Any) -> None:
+    """Raise `TrainConfigError` (one line, naming the field) for the first bad value."""
+    for path, allowed in CHOICES.items():
+        v = get(cfg, path)
+        if v not in allowed:
+            raise _err(path, v, f"must be one of {', '.join(map(str, allowed))}")
+    for path, allowed in LISTS.items():
+        items = _items(get(cfg, path))
+        bad = [s for s in items if s not in allowed]
+        if bad or not items or len(set(items)) != len(items):
+            raise _err(path, get(cfg, path), f"use a comma list of distinct {', '.join(allowed)}")
+    stages = _items(cfg.stages)
+    if stages != sorted(stages, key=STAGES.index):
+        raise _err("stages", cfg.stages, f"stages run in the order {', '.join(STAGES)}")
+    for path in POSITIVE_INTS:
+        if int(get(cfg, path)) <= 0:
+            raise _err(path, get(cfg, path), "must be > 0")
+    for path in NON_NEGATIVE:
+        if float(get(cfg, path)) < 0:
+            raise _err(path, get(cfg, path), "must be >= 0")
+    for path in POSITIVE_FLOATS:
+        if not float(get(cfg, path)) > 0:
+            raise _err(path, get(cfg, path), "must be > 0")
+    if float(cfg.sampling.top_p) > 1:
+        raise _err("sampling.top_p", cfg.sampling.top_p, "must be in (0, 1]")
+    if int(cfg.sampling.max_new_tokens) >= int(cfg.max_seq_len):
+        raise _err("sampling.max_new_tokens", cfg.sampling.max_new_tokens,
+                   f"must be below max_seq_len={cfg.max_seq_len} (the prompt needs room)")
+    if "rl" in stages and int(cfg.rl.group_size) < 2:
+        raise _err("rl.group_size", cfg.rl.group_size, "GRPO needs at least 2 samples per prompt")
+    if cfg.init_from and "sft" in stages and stages[0] != "sft":
+        raise _err("init_from", cfg.init_from, "init_from applies to the first stage")
+    if not cfg.model.hf_dir and int(cfg.model.hidden_size) % int(cfg.model.num_heads):
+        raise _err("model.hidden_size", cfg.model.hidden_size, f"must be a multiple of num_heads={cfg.model.num_heads}")
+
+
+def _lookup(d: Mapping[str, Any], path: str) -> Any:
+    node: Any = d
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _stage_lengths(get_: Any) -> dict[str, int]:
+    out = {}
+    for s in _items(get_("stages") or ""):
+        if s == "sft":
+            out[s] = int(get_("sft.steps") or 0)
+        elif s == "selfsup":
+            out[s] = int(get_("selfsup.rounds") or 0) * int(get_("selfsup.passes") or get_("selfsup.steps_per_round") or 0)
+        else:
+            out[s] = int(get_("rl.steps") or 0)
+    return out
+
+
+def resume_conflicts(recorded: Mapping[str, Any], cfg: Any) -> list[str]:
+    """What in `cfg` is incompatible with the run recorded in `recorded` (its config.json).
+
+    Allowed: extending or shortening the *last* stage, and any field that changes neither the
+    step numbering nor the weights (learning rates, farm, eval, sampling...)."""
+    problems = []
+    for path in WEIGHT_FIELDS + ("seed", "tasks.ids", "tasks.suite", "tasks.programs", "tasks.heldout"):
+        old, new = _lookup(recorded, path), get(cfg, path)
+        if old is not None and old != new:
+            problems.append(f"{path} was {old!r}, now {new!r}")
+    old_len = _stage_lengths(lambda p: _lookup(recorded, p))
+    new_len = _stage_lengths(lambda p: get(cfg, p))
+    if list(old_len) != list(new_len):
+        problems.append(f"stages were {','.join(old_len)}, now {','.join(new_len)}")
+    else:
+        for stage in list(new_len)[:-1]:  # a change before the last stage moves every later step
+            if old_len[stage] != new_len[stage]:
+                problems.append(f"stage {stage} had {old_len[stage]} steps, now {new_len[stage]} "
+                                "(later stages' step numbers would move)")
+    return problems
+
+
+def describe_fields(cfg: Any, prefix: str = "") -> list[str]:
+    """'path = default  (one of ...)' for every field, in definition order."""
+    out = []
+    for key, value in cfg.items():
+        path = f"{prefix}{key}"
+        if hasattr(value, "items") and not isinstance(value, str | bytes):
+            out += describe_fields(value, f"{path}.")
+            continue
+        line = f"  --config.{path}={value!r}"
+        if path in CHOICES:
+            line += f"   one of: {', '.join(map(str, CHOICES[path]))}"
+        elif path in LISTS:
+            line += f"   comma list of: {', '.join(LISTS[path])}"
+        out.append(line)
+    return out
+
+
+def load_config_file(path: str) -> Any:
+    """`get_config()` of a config .py file (what --config loads, without the flag machinery)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_learner_config_file", path)
+    if spec is None or spec.loader is None:
+        raise TrainConfigError(f"{path} is not a Python config file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise TrainConfigError(f"{path} defines no get_config()")
+    return module.get_config()
