@@ -29,7 +29,10 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "model.param_dtype": ("float32", "bfloat16", "float16"),
     "model.compute_dtype": ("float32", "bfloat16", "float16"),
     "model.attention_impl": ("auto", "cudnn", "xla"),
+    "model.chat_template": ("auto", "off"),
+    "distributed.mode": ("auto", "on", "off"),
     "rl.overlap": ("auto", "on", "off"),
+    "rl.reference_dtype": ("compute", "float32", "bfloat16", "float16"),
     "rl.exemplar_rule": ("bucket", "random"),
     "rl.exemplar_order": EXEMPLAR_ORDERS,
     "rl.grpo.kl_estimator": ("k1", "k2", "k3"),
@@ -44,7 +47,8 @@ POSITIVE_INTS = ("max_seq_len", "sampling.max_new_tokens", "sampling.batch_size"
                  "keep_checkpoints", "checkpoint_every", "sft.checkpoint_every")
 NON_NEGATIVE = ("sft.steps", "selfsup.rounds", "rl.steps", "rl.num_exemplars", "eval.num_exemplars",
                 "sft.warmup_steps", "sft.learning_rate", "selfsup.learning_rate", "rl.learning_rate",
-                "rl.grpo.kl_coef", "sampling.temperature")
+                "rl.grpo.kl_coef", "sampling.temperature", "train.micro_batch_tokens",
+                "train.device_memory_gb")
 POSITIVE_FLOATS = ("rl.tau", "rl.bucket_width", "rl.reward_clip", "sampling.top_p")
 
 # Fields whose change makes an existing workdir's checkpoints / database rows wrong for the run.
@@ -90,6 +94,8 @@ def validate_config(cfg: Any) -> None:
     for path in POSITIVE_FLOATS:
         if not float(get(cfg, path)) > 0:
             raise _err(path, get(cfg, path), "must be > 0")
+    if not 0 < float(cfg.train.memory_headroom) <= 1:
+        raise _err("train.memory_headroom", cfg.train.memory_headroom, "must be in (0, 1]")
     if float(cfg.sampling.top_p) > 1:
         raise _err("sampling.top_p", cfg.sampling.top_p, "must be in (0, 1]")
     if int(cfg.sampling.max_new_tokens) >= int(cfg.max_seq_len):

@@ -65,6 +65,9 @@ def test_config_errors_are_one_line(tmp_path):
     ("sampling.top_p", 1.5, r"\(0, 1\]"),
     ("rl.tau", 0.0, "> 0"),
     ("tasks.programs", "all", "fast, mixture"),
+    ("distributed.mode", "of", "auto, on, off"),
+    ("rl.reference_dtype", "bf16", "compute, float32"),
+    ("train.memory_headroom", 1.5, r"\(0, 1\]"),
 ])
 def test_validate_config_names_the_field(field, value, match):
     cfg = demo.get_config()
