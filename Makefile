@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo farm-demo test test-fast lint bench protos gpu-check clean
+.PHONY: setup demo farm-demo test test-long test-fast lint bench protos gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,11 @@ farm-demo: $(STAMP)
 # The whole CPU test suite (GPU tests are skipped without a GPU).
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not gpu" --durations=15
+	$(PY) -m pytest -q -m "not gpu and not long" --durations=15
+
+# Experiment-sized end-to-end runs (tens of minutes on 2 cores).
+test-long: $(STAMP)
+	$(PY) -m pytest -q -m "long and not gpu" --durations=15
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu and not slow" -x
