@@ -12,15 +12,8 @@ set -uo pipefail
 what=${1:-all}
 secs=${2:-200}
 tasks=${TASKS:-L1/1,L1/3,L2/3,L3/2}
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 EVALFARM_CACHE_DIR=/tmp/evalfarm-cache
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source scripts/gpu_env.sh
+export EVALFARM_CACHE_DIR=/tmp/evalfarm-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 if [[ $what == tests || $what == all ]]; then
   timeout "$secs" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 \

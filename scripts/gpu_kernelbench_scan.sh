@@ -6,16 +6,9 @@
 set -uo pipefail
 scan_s=${1:-270}
 batch_s=${2:-170}
-OUT=${OUT:-$PWD/gpu-out}
 KB=${KB:-$PWD/.kb}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 EVALFARM_CACHE_DIR=/tmp/evalfarm-cache
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source scripts/gpu_env.sh
+export EVALFARM_CACHE_DIR=/tmp/evalfarm-cache
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free --format=csv | tee "$OUT/gpu.txt"
 cat "$KB/UPSTREAM_COMMIT" 2>/dev/null | tee "$OUT/kernelbench_commit.txt"
 

@@ -8,18 +8,7 @@
 set -uo pipefail
 limit=${1:-450}
 seeds=${2:-3}
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-elif ls ../shared/wheels/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site ../shared/wheels/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source scripts/gpu_env.sh
 export EVALFARM_CACHE_DIR=/tmp/evalfarm-cache
 work=/tmp/speed-mixture
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"

@@ -6,15 +6,7 @@
 #   bash scripts/gpu_operator_check.sh [N]      logs, scrapes and operator_check.md under $OUT
 set -uo pipefail
 n=${1:-30}
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source scripts/gpu_env.sh
 nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import pynvml" 2>/dev/null || echo "note: pynvml missing: the daemon warns (expected on a host without the farm extra)" | tee -a "$OUT/gpu.txt"
 timeout 230 python3 scripts/gpu_operator_check.py --out "$OUT" -n "$n" --time-limit 180 2>&1 | tee "$OUT/operator_check.log"

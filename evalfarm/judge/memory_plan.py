@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from evalfarm.tasks.lint import tensors_in
+
 log = logging.getLogger(__name__)
 
 GB = 1e9
@@ -92,21 +94,13 @@ def meta_footprint(task_module: types.ModuleType, init_inputs: Sequence[Any]) ->
             inputs = list(task_module.get_inputs())
             model = task_module.Model(*init_inputs)
             out = model(*inputs)
-        if not all(t.device.type == "meta" for t in _tensors(inputs) + _tensors(out)):
+        if not all(t.device.type == "meta" for t in tensors_in(inputs) + tensors_in(out)):
             return None
         in_b, out_b = _tensor_bytes(inputs), _tensor_bytes(out)
         return Footprint(in_b, module_bytes(model), out_b, call_peak_bytes=2 * out_b)
     except Exception as err:  # noqa: BLE001 - any failure only means "no estimate"
         log.info("no meta-device footprint: %s: %s", type(err).__name__, err)
         return None
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, tuple | list):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 @dataclasses.dataclass

@@ -24,11 +24,12 @@ import torch
 PROBES = 3
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor in a value, through nested tuples and lists, in order."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, tuple | list):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors_in(v)]
     return []
 
 
@@ -38,7 +39,7 @@ def degenerate_reason(call: Callable[[list[Any]], Any], input_sets: Sequence[lis
     ``call(inputs)`` runs the reference; the input sets must be independent random draws. The
     inputs are cloned before each call, so a reference that mutates its inputs does not see
     another call's leftovers. Tasks without tensor inputs cannot be probed this way ("")."""
-    if len(input_sets) < 2 or not any(_tensors(s) for s in input_sets):
+    if len(input_sets) < 2 or not any(tensors_in(s) for s in input_sets):
         return ""
     # Only the first call's outputs are kept; each later call is compared as it comes (a full-size
     # task's outputs can be GBs each).
@@ -46,7 +47,7 @@ def degenerate_reason(call: Callable[[list[Any]], Any], input_sets: Sequence[lis
     with torch.no_grad():
         for inputs in input_sets:
             cloned = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
-            outs = _tensors(call(cloned))
+            outs = tensors_in(call(cloned))
             del cloned
             if first is None:
                 first = [t.detach().clone() for t in outs]
@@ -150,8 +151,8 @@ def lint_task(task: Any, device: str = "cpu", profile: str = "auto") -> TaskLint
                 torch.cuda.synchronize(dev)
             ref_ms = (time.perf_counter() - t0) * 1e3
             if fp is None or peak is not None:
-                out_b = sum(t.numel() * t.element_size() for t in _tensors(out))
-                in_b = sum(t.numel() * t.element_size() for t in _tensors(sets[0]))
+                out_b = sum(t.numel() * t.element_size() for t in tensors_in(out))
+                in_b = sum(t.numel() * t.element_size() for t in tensors_in(sets[0]))
                 fp = Footprint(in_b, module_bytes(model), out_b, peak if peak is not None else 2 * out_b,
                                measured=peak is not None)
                 memory = _memory_fields(fp, dev)
