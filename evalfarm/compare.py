@@ -116,10 +116,11 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict",
         n_finite = sum(int(torch.isfinite(r_all[s:s + chunk]).sum()) for s in _chunks(n, chunk))
     n_finite = max(n_finite, 1)
 
-    if all_finite:
-        problem_text = _constant_output(o_all, r_all, ref.dtype, chunk)
-        if problem_text:
-            return Comparison(False, problem_text)
+    # Also where the reference has NaN/Inf (matched above): the constant is judged over the
+    # finite places, so NaN where the reference has NaN plus zeros elsewhere is still caught.
+    problem_text = _constant_output(o_all, r_all, ref.dtype, chunk, finite_only=not all_finite)
+    if problem_text:
+        return Comparison(False, problem_text)
 
     # float64 references are compared in float64; everything else in float32, which resolves
     # errors far below the tightest float32 tolerance and costs half the memory traffic.
@@ -200,21 +201,41 @@ def _nonfinite_pattern(o_all: torch.Tensor, r_all: torch.Tensor, shape: torch.Si
     return None
 
 
-def _constant_output(o_all: torch.Tensor, r_all: torch.Tensor, dtype: torch.dtype, chunk: int) -> str:
+def _constant_output(o_all: torch.Tensor, r_all: torch.Tensor, dtype: torch.dtype, chunk: int,
+                     finite_only: bool = False) -> str:
     """Why ``out`` is a constant standing in for a varying reference ("" when it is not).
 
     The reference "varies" when its spread exceeds the dtype's elementwise rtol times its
     largest magnitude, so an honest constant approximation of a (nearly) constant reference
-    is never flagged. Both tensors are flat, finite and of equal length.
+    is never flagged. Both tensors are flat and of equal length; with ``finite_only`` only the
+    places where the reference is finite count (its NaN/Inf places were matched already).
     """
     n = r_all.numel()
     if n < 2:
         return ""
-    first = o_all[0]
-    if not all(bool((o_all[s:s + chunk] == first).all()) for s in _chunks(n, chunk)):
+
+    def pieces() -> Any:
+        for s in _chunks(n, chunk):
+            o, r = o_all[s:s + chunk], r_all[s:s + chunk]
+            if finite_only:
+                keep = torch.isfinite(r)
+                o, r = o[keep], r[keep]
+            if r.numel():
+                yield o, r
+
+    first = None
+    lows, highs = [], []
+    for o, r in pieces():
+        if first is None:
+            first = o[0]
+        if not bool((o == first).all()):
+            return ""
+        lo, hi = torch.aminmax(r)
+        lows.append(float(lo))
+        highs.append(float(hi))
+    if first is None:
         return ""
-    lows, highs = zip(*(torch.aminmax(r_all[s:s + chunk]) for s in _chunks(n, chunk)), strict=True)
-    r_min, r_max = min(float(v) for v in lows), max(float(v) for v in highs)
+    r_min, r_max = min(lows), max(highs)
     rtol = STRICT_TOLERANCES.get(dtype, STRICT_TOLERANCES[torch.float32])[1]
     if r_max - r_min <= rtol * max(abs(r_min), abs(r_max)):
         return ""

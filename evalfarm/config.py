@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 TolerancePolicy = Literal["strict", "kernelbench"]
@@ -10,6 +11,39 @@ TolerancePolicy = Literal["strict", "kernelbench"]
 
 class ConfigError(ValueError):
     """A scoring option is out of range or inconsistent."""
+
+
+# The allowed range of every numeric option: (low, high, low included, high included). Floats
+# must also be finite and ints real ints (not bools), so NaN, infinities, 1e300 and impossible
+# limits are refused here, at the edge, with the field's name, instead of reaching a judge.
+_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "num_correctness_inputs": (1, 100_000, True, True),
+    "timing_budget_s": (0.0, 3600.0, False, True),
+    "target_ci": (0.0, 1.0, False, False),
+    "num_buckets": (3, 64, True, True),
+    "max_bucket_variance": (0.0, 1.0, False, True),
+    "min_timed_rounds": (3, 1_000_000, True, True),
+    "warmup_rounds": (0, 10_000, True, True),
+    "audit_fraction": (0.0, 1.0, True, True),
+    "timeout_factor": (1.0, 1e6, True, True),
+    "min_call_timeout_s": (0.0, 3600.0, False, True),
+    "load_timeout_s": (0.0, 3600.0, False, True),
+    "first_call_timeout_s": (0.0, 3600.0, True, True),
+    "build_timeout_s": (0.0, 7200.0, False, True),
+    "memory_limit_bytes": (64 << 20, 1 << 50, True, True),
+    "file_size_limit_bytes": (1 << 20, 1 << 50, True, True),
+    "reverify_above": (0.0, 1e6, True, True),
+}
+
+
+def _check_range(name: str, value: object, field_type: type) -> None:
+    lo, hi, lo_in, hi_in = _RANGES[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or (field_type is int and not isinstance(value, int)):
+        raise ConfigError(f"{name} must be {'an integer' if field_type is int else 'a number'}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be finite, got {value!r}")
+    if (value < lo if lo_in else value <= lo) or (value > hi if hi_in else value >= hi):
+        raise ConfigError(f"{name} must be in {'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,36 +92,17 @@ class ScoreConfig:
         dev = self.device
         if not (dev == "cpu" or dev == "cuda" or (dev.startswith("cuda:") and dev[5:].isdigit())):
             raise ConfigError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {dev!r}")
-        if not 1 <= self.num_correctness_inputs <= 100_000:
-            raise ConfigError("num_correctness_inputs must be in [1, 100000]")
+        for f in dataclasses.fields(self):
+            if f.name in _RANGES:
+                _check_range(f.name, getattr(self, f.name), int if f.type in ("int", int) else float)
         if self.tolerance not in ("strict", "kernelbench"):
             raise ConfigError(f"tolerance must be 'strict' or 'kernelbench', got {self.tolerance!r}")
         from evalfarm.guards.policy import GuardPolicy
 
         if self.guard_policy not in GuardPolicy.NAMES:
             raise ConfigError(f"guard_policy must be one of {', '.join(GuardPolicy.NAMES)}, got {self.guard_policy!r}")
-        if not 0.0 < self.timing_budget_s <= 3600:
-            raise ConfigError("timing_budget_s must be in (0, 3600]")
-        if not 0.0 < self.target_ci < 1.0:
-            raise ConfigError("target_ci must be in (0, 1)")
-        if not 3 <= self.num_buckets <= 64:
-            raise ConfigError("num_buckets must be in [3, 64]")
-        if self.max_bucket_variance <= 0:
-            raise ConfigError("max_bucket_variance must be > 0")
         if self.min_timed_rounds < self.num_buckets:
             raise ConfigError("min_timed_rounds must be at least num_buckets")
-        if self.warmup_rounds < 0:
-            raise ConfigError("warmup_rounds must be >= 0")
-        if not 0.0 <= self.audit_fraction <= 1.0:
-            raise ConfigError("audit_fraction must be in [0, 1]")
-        if self.timeout_factor < 1 or self.min_call_timeout_s <= 0 or self.load_timeout_s <= 0:
-            raise ConfigError("timeouts must be positive and timeout_factor >= 1")
-        if self.first_call_timeout_s < 0:
-            raise ConfigError("first_call_timeout_s must be >= 0")
-        if self.build_timeout_s <= 0:
-            raise ConfigError("build_timeout_s must be > 0")
-        if not self.reverify_above >= 0:  # also rejects NaN
-            raise ConfigError("reverify_above must be >= 0 (0 disables re-verification)")
 
     @property
     def is_cuda(self) -> bool:

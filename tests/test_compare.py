@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evalfarm.compare import compare_outputs
+from evalfarm.compare import compare_outputs, compare_tensor
 
 
 @pytest.fixture(autouse=True)
@@ -166,3 +166,25 @@ def test_comparison_allocates_no_whole_output_float64_copy():
             with LargestNewTensor([o, r]) as mode:
                 compare_tensor(o, r, chunk_elements=chunk)
             assert 0 < mode.largest <= bound, (chunk, mode.largest)
+
+
+def test_a_constant_beside_the_references_nans_fails_under_both_policies():
+    # NaN where the reference has NaN and zeros elsewhere: the NaN places match, the rest is a
+    # constant standing in for a varying reference (was OK under kernelbench: allclose with
+    # atol=1e-2 passes small reference values).
+    ref = torch.randn(4096) * 1e-3
+    ref[::7] = float("nan")
+    out = torch.zeros_like(ref)
+    out[::7] = float("nan")
+    for policy in ("strict", "kernelbench"):
+        c = compare_tensor(out, ref, policy)
+        assert not c.ok and "constant" in c.reason, (policy, c.reason)
+
+
+def test_an_honest_output_with_the_references_nans_passes_under_both_policies():
+    ref = torch.randn(4096)
+    ref[::5] = float("nan")
+    out = ref.clone()
+    out[1::5] += 1e-7
+    for policy in ("strict", "kernelbench"):
+        assert compare_tensor(out, ref, policy).ok, policy
