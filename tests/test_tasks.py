@@ -125,3 +125,12 @@ def test_exec_module_sources_are_readable_by_inspect():
     module = exec_module(src, "evalfarm_test_inspect", "candidate_inspect.py")
     assert inspect.getsource(module.kernel) == "def kernel(x):\n    return x + 1\n"
     assert "return kernel(x)" in inspect.getsource(module.ModelNew)
+
+
+@pytest.mark.parametrize("expr", ["+".join(["1"] * 20_000), "+".join(["1"] * 3000), "(" * 5000 + "1" + ")" * 5000])
+def test_a_pathological_size_profile_expression_is_a_task_format_error(expr):
+    # Too long or too deep to parse or evaluate: a TaskFormatError (INVALID_ARGUMENT at the daemon),
+    # never a RecursionError.
+    src = RELU.replace("batch_size = 16", f"batch_size = 16\nSIZE_PROFILES = {{'small': {{'batch_size': {expr}}}}}")
+    with pytest.raises(TaskFormatError):
+        parse_task(src, "deep")

@@ -67,6 +67,8 @@ def _parse(source: str, what: str, name: str) -> ast.Module:
         raise TaskFormatError(
             f"{what} {name} is not valid Python: line {err.lineno}: {err.msg}"
         ) from None
+    except (RecursionError, MemoryError, ValueError) as err:  # too deep to parse; NUL bytes
+        raise TaskFormatError(f"{what} {name} cannot be parsed: {type(err).__name__}: {err}") from None
 
 
 def _top_level_names(tree: ast.Module) -> tuple[set[str], set[str], set[str]]:
@@ -132,9 +134,9 @@ def _literal_profiles(tree: ast.Module, name: str) -> dict[str, dict[str, Any]]:
         ):
             try:
                 value = _constant_eval(node.value)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: an expression too deep to evaluate
                 raise TaskFormatError(
-                    f"task {name}: SIZE_PROFILES must be a literal dict of dicts"
+                    f"task {name}: SIZE_PROFILES must be a literal dict of dicts (of plain constants)"
                 ) from None
             if not isinstance(value, dict) or not all(
                 isinstance(k, str) and isinstance(v, dict) for k, v in value.items()
