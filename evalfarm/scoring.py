@@ -217,6 +217,27 @@ class Evaluation:
             sandbox.wipe(tmp)
 
 
+def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool) -> bool:
+    """Start the candidate's extension build now, if its evaluation would build it at all (no
+    blocking static finding, a ModelNew, an arch for the device). The evaluation's own build later
+    joins this one (the pool deduplicates by content) or finds it in the cache. A daemon calls
+    this when a candidate is admitted, so builds run while candidates wait for a slot. Returns
+    whether a build was started or joined."""
+    try:
+        findings = check_candidate_source(candidate.source, GuardPolicy.from_name(config.guard_policy),
+                                          reference_source=task.source)
+    except CandidateSyntaxError:
+        return False
+    if blocking(findings) or "ModelNew" not in candidate.source:
+        return False
+    try:
+        arch = build_arch(config.device)
+    except RuntimeError:
+        return False
+    pool.submit(candidate.source, arch, config.build_timeout_s)
+    return True
+
+
 def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None) -> Evaluation:
     """Begin scoring in the background."""
     return Evaluation(task, candidate, config, build_pool or default_build_pool())

@@ -1,8 +1,10 @@
 """AsyncFarmClient: spread candidates over many daemons and get exactly one result each.
 
-- Dispatch by credit: each daemon may hold `slots + min(queue_allowance, queue_limit)`
-  of this client's requests, less what other clients are running there (from Capacity,
-  polled every `poll_interval_s`). The daemon with the most credit gets the next job.
+- Dispatch by credit: each daemon may hold `slots + min(queue_allowance + build_workers,
+  queue_limit)` of this client's requests (the daemon builds admitted candidates ahead, so one
+  more per build worker keeps its compile pool busy), less what other clients are running there
+  (from Capacity, polled every `poll_interval_s`). The daemon with the most credit gets the
+  next job.
 - Every submitted sample id gets exactly one final SampleResult: INFRA_ERROR results and
   lost connections are retried on another daemon (up to `max_attempts`), a daemon that
   dies has everything in flight re-dispatched, and a per-sample deadline turns into an
@@ -122,6 +124,7 @@ class _Endpoint:
     gpu_names: tuple[str, ...] = ()
     gpu_model: str = ""  # the one model of its slots ("" when mixed or unknown)
     removed: bool = False  # gone from discovery: no new work
+    build_workers: int = 0  # builds it runs ahead of its slots, from Capacity
 
     def same_model(self, gpu_name: str) -> bool:
         """Whether this daemon has the device model a result was measured on."""
@@ -130,7 +133,9 @@ class _Endpoint:
         return bool(gpu_name) and gpu_name in self.gpu_names
 
     def credits(self, allowance: int) -> int:
-        return self.slots + min(allowance, self.queue_limit) - self.inflight - self.external
+        """Requests it may take now: its slots, plus `allowance` queued per daemon and one queued
+        per build worker (the daemon builds queued candidates ahead), within its queue limit."""
+        return self.slots + min(allowance + self.build_workers, self.queue_limit) - self.inflight - self.external
 
     def usable(self, now: float) -> bool:
         return self.up and not self.draining and not self.removed and now >= self.backoff_until
@@ -340,6 +345,7 @@ class AsyncFarmClient:
         ep.slots, ep.queue_limit, ep.draining, ep.host = cap.slots, cap.queue_limit, cap.draining, cap.host
         ep.device_mode, ep.gpu_names = cap.device_mode, tuple(cap.gpu_names)
         ep.gpu_model = cap.gpu_model or _model_of(cap)
+        ep.build_workers = cap.build_workers
         if cap.slot_status:  # slots out of service take no work: credit from those in service
             ep.slots = max(0, cap.slots - cap.out_of_service)
         ep.external = max(0, cap.running + cap.queue_depth - ep.inflight)
@@ -493,7 +499,9 @@ class AsyncFarmClient:
     # -- dispatch ------------------------------------------------------------------------
     def call_limit_s(self, deadline_s: float) -> float:
         """How long one dispatched call may take: its deadline, the daemon's queue, the wire."""
-        queue_wait = self.queue_wait_s if self.queue_wait_s is not None else (1 + self.queue_allowance) * deadline_s
+        ahead = max((ep.build_workers for ep in self._endpoints), default=0)
+        queue_wait = (self.queue_wait_s if self.queue_wait_s is not None
+                      else (1 + self.queue_allowance + ahead) * deadline_s)
         return deadline_s + queue_wait + self.rpc_overhead_s
 
     def result_limit_s(self, deadline_s: float) -> float:

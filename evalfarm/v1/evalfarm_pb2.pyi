@@ -266,7 +266,7 @@ class SlotStatus(_message.Message):
     def __init__(self, index: _Optional[int] = ..., device: _Optional[str] = ..., gpu_name: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., busy: _Optional[bool] = ..., in_service: _Optional[bool] = ..., reason: _Optional[str] = ..., consecutive_faults: _Optional[int] = ...) -> None: ...
 
 class CapacityResponse(_message.Message):
-    __slots__ = ("slots", "free_slots", "queue_depth", "queue_limit", "gpu_names", "device_mode", "version", "draining", "host", "running", "slot_status", "out_of_service", "gpu_model")
+    __slots__ = ("slots", "free_slots", "queue_depth", "queue_limit", "gpu_names", "device_mode", "version", "draining", "host", "running", "slot_status", "out_of_service", "gpu_model", "build_workers")
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -280,6 +280,7 @@ class CapacityResponse(_message.Message):
     SLOT_STATUS_FIELD_NUMBER: _ClassVar[int]
     OUT_OF_SERVICE_FIELD_NUMBER: _ClassVar[int]
     GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    BUILD_WORKERS_FIELD_NUMBER: _ClassVar[int]
     slots: int
     free_slots: int
     queue_depth: int
@@ -293,4 +294,5 @@ class CapacityResponse(_message.Message):
     slot_status: _containers.RepeatedCompositeFieldContainer[SlotStatus]
     out_of_service: int
     gpu_model: str
-    def __init__(self, slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., gpu_names: _Optional[_Iterable[str]] = ..., device_mode: _Optional[str] = ..., version: _Optional[str] = ..., draining: _Optional[bool] = ..., host: _Optional[str] = ..., running: _Optional[int] = ..., slot_status: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ..., out_of_service: _Optional[int] = ..., gpu_model: _Optional[str] = ...) -> None: ...
+    build_workers: int
+    def __init__(self, slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., gpu_names: _Optional[_Iterable[str]] = ..., device_mode: _Optional[str] = ..., version: _Optional[str] = ..., draining: _Optional[bool] = ..., host: _Optional[str] = ..., running: _Optional[int] = ..., slot_status: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ..., out_of_service: _Optional[int] = ..., gpu_model: _Optional[str] = ..., build_workers: _Optional[int] = ...) -> None: ...

@@ -106,8 +106,9 @@ class FakeBackend:
 class DaemonThread:
     """A Daemon with a fake backend on its own event loop in a background thread."""
 
-    def __init__(self, backend: Any = None, **overrides: Any) -> None:
+    def __init__(self, backend: Any = None, build_pool: Any = None, **overrides: Any) -> None:
         self.backend = backend or FakeBackend()
+        self.build_pool = build_pool
         defaults: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "devices": ("cpu",), "queue_limit": 4,
                                     "drain_timeout_s": 5.0, "host_label": "fake-host"}
         defaults.update(overrides)
@@ -121,7 +122,7 @@ class DaemonThread:
         self._stopped = False
 
     async def _make(self) -> Daemon:
-        daemon = Daemon(self.config, backend=self.backend)
+        daemon = Daemon(self.config, backend=self.backend, build_pool=self.build_pool)
         await daemon.start()
         return daemon
 

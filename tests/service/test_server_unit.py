@@ -318,3 +318,39 @@ def test_request_deadline_counts_from_its_slot_not_the_queue(daemon_factory) -> 
         reply = stub.Score(late, timeout=20)
     assert reply.verdict == pb.VERDICT_INFRA_ERROR and reply.detail == "deadline exceeded"
     assert wait_until(lambda: d.backend.evaluations[-1].cancelled, 5)
+
+
+class RecordingPool:
+    """A build pool that records what it is asked to build (and builds nothing)."""
+
+    def __init__(self) -> None:
+        self.sources: list[str] = []
+
+    def submit(self, source: str, arch: str, timeout_s: float | None = None) -> concurrent.futures.Future[None]:
+        self.sources.append(source)
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done.set_result(None)
+        return done
+
+
+def test_a_queued_candidate_is_built_while_it_waits_for_a_slot(daemon_factory) -> None:
+    pool = RecordingPool()
+    d = daemon_factory(build_pool=pool, build_workers=3)
+    busy, queued = fake_source(sleep=3.0, salt="busy"), fake_source(salt="queued")
+    blocked = fake_source(salt="blocked") + "\nimport socket\nsocket.create_connection(('10.0.0.1', 80))\n"
+    ch, stub = d.stub()
+    with ch:
+        assert stub.Capacity(pb.CapacityRequest(), timeout=5).build_workers == 3
+        first = stub.Score.future(request(busy, "busy"), timeout=30)
+        wait_until(lambda: d.backend.started == 1, 10)
+        second = stub.Score.future(request(queued, "queued"), timeout=30)
+        third = stub.Score.future(request(blocked, "blocked"), timeout=30)
+        # The slot is still busy with the first; the second is already being built, the blocked
+        # one (a static rule refuses to run it) is not.
+        wait_until(lambda: queued in pool.sources, 10)
+        assert d.backend.started == 1
+        time.sleep(0.3)
+        assert blocked not in pool.sources
+        assert first.result().verdict == pb.VERDICT_OK
+        assert second.result().verdict == pb.VERDICT_OK
+        third.result()
