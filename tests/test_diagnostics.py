@@ -1,0 +1,72 @@
+"""--save-failing-input and --profile on CPU: the real judge, workers and CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.judge.diagnose import Diagnostics
+from evalfarm.scoring import as_candidate, as_task, score
+
+REPO = Path(__file__).resolve().parent.parent
+QUICK = ScoreConfig(num_correctness_inputs=10, timing_budget_s=0.3, min_timed_rounds=7, warmup_rounds=1)
+
+
+def test_failing_input_is_written_by_the_judge_and_loads(data_dir, build_pool, tmp_path):
+    out = tmp_path / "failing"
+    r = score(as_task(str(data_dir / "task_scale.py")), as_candidate(str(data_dir / "cand_wrong.py")), QUICK,
+              build_pool=build_pool, diagnostics=Diagnostics(failing_input_dir=str(out)))
+    assert r.verdict is Verdict.INCORRECT
+    meta = json.loads((out / "failing_input.json").read_text())
+    assert meta["correctness_round"] == 1 and meta["reason"] in r.detail
+    assert r.evidence.diagnostics["failing_input"]["dir"] == str(out)
+    (x,) = torch.load(out / "inputs.pt")
+    (ref,) = torch.load(out / "reference_output.pt")
+    (cand,) = torch.load(out / "candidate_output.pt")
+    assert x.shape == ref.shape == cand.shape == (8192,)
+    assert meta["inputs"][0]["shape"] == [8192] and meta["candidate_output"][0]["dtype"] == "float32"
+    # The candidate skips the bias on its last element only: the files show exactly that.
+    assert torch.equal(ref[:-1], cand[:-1]) and ref[-1] != cand[-1]
+    assert torch.allclose(cand[-1], torch.relu(x[-1]) * 1.5)
+
+
+def test_no_failing_input_for_a_correct_candidate(data_dir, build_pool, tmp_path):
+    out = tmp_path / "failing"
+    r = score(as_task(str(data_dir / "task_scale.py")), as_candidate(str(data_dir / "cand_same.py")), QUICK,
+              build_pool=build_pool, diagnostics=Diagnostics(failing_input_dir=str(out)))
+    assert r.verdict is Verdict.OK and not out.exists() and "failing_input" not in r.evidence.diagnostics
+
+
+def test_cli_profile_writes_a_trace_on_cpu(data_dir, tmp_path):
+    prof = tmp_path / "prof"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "evalfarm", "score", "--task", str(data_dir / "task_scale.py"),
+         "--candidate", str(data_dir / "cand_same.py"), "--inputs", "10", "--budget", "0.3", "--json",
+         "--profile", str(prof), "--cache-dir", str(tmp_path / "cache")],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["verdict"] == "OK", result["detail"]
+    trace = json.loads((prof / "candidate_trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "evalfarm_profiled_call" in names
+    assert "aten::relu" in (prof / "candidate_key_averages.txt").read_text()
+    summary = json.loads((prof / "profile.json").read_text())
+    assert summary["ncu"] is None and "not a CUDA GPU" in summary["ncu_note"]
+    assert str(prof / "candidate_trace.json") in result["evidence"]["diagnostics"]["profile"]["files"]
+
+
+def test_cli_diagnostics_are_local_only(data_dir, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "evalfarm", "score", "--task", "L1/1", "--candidate", str(data_dir / "cand_same.py"),
+         "--server", "127.0.0.1:1", "--save-failing-input", str(tmp_path / "f")],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "local scoring only" in done.stderr and "Traceback" not in done.stderr
