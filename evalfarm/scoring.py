@@ -162,8 +162,9 @@ class Evaluation:
             build_ev["note"] = "build runner failed; the worker builds on a cache miss"
         if self._cancelled:
             return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
-        result = self._judge_run(arch, extra={"diagnostics": self.diagnostics.to_dict()})
-        result = self._reverify(result, arch)
+        first = self._judge_run(arch, extra={"diagnostics": self.diagnostics.to_dict()})
+        result = self._reverify(first, arch)
+        result.evidence.diagnostics = first.evidence.diagnostics  # the first judge wrote them
         result = self._other_sizes(result, arch)
         result.evidence.build = {**build_ev, **result.evidence.build}
         result.evidence.static_findings = static + result.evidence.static_findings

@@ -36,11 +36,15 @@ def test_failing_input_is_written_by_the_judge_and_loads(data_dir, build_pool, t
     assert torch.allclose(cand[-1], torch.relu(x[-1]) * 1.5)
 
 
-def test_no_failing_input_for_a_correct_candidate(data_dir, build_pool, tmp_path):
-    out = tmp_path / "failing"
-    r = score(as_task(str(data_dir / "task_scale.py")), as_candidate(str(data_dir / "cand_same.py")), QUICK,
-              build_pool=build_pool, diagnostics=Diagnostics(failing_input_dir=str(out)))
+def test_correct_candidate_no_failing_input_and_profile_kept_through_reverification(data_dir, build_pool, tmp_path):
+    out, prof = tmp_path / "failing", tmp_path / "prof"
+    r = score(as_task(str(data_dir / "task_scale.py")), as_candidate(str(data_dir / "cand_same.py")),
+              QUICK.replace(reverify_above=0.01), build_pool=build_pool,
+              diagnostics=Diagnostics(profile_dir=str(prof), failing_input_dir=str(out)))
     assert r.verdict is Verdict.OK and not out.exists() and "failing_input" not in r.evidence.diagnostics
+    assert r.evidence.reverified  # a second judge measured it; the first one's profile is still reported
+    assert r.evidence.diagnostics["profile"]["files"] == [str(prof / "candidate_trace.json"),
+                                                          str(prof / "candidate_key_averages.txt")]
 
 
 def test_cli_profile_writes_a_trace_on_cpu(data_dir, tmp_path):
