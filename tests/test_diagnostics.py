@@ -74,3 +74,15 @@ def test_cli_diagnostics_are_local_only(data_dir, tmp_path):
          "--server", "127.0.0.1:1", "--save-failing-input", str(tmp_path / "f")],
         env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "local scoring only" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ncu_target_runs_the_candidate_once_profiled(data_dir, tmp_path):
+    """The process ncu profiles on a GPU host, run here without ncu on the CPU."""
+    spec = {"task_name": "scale", "task_source": (data_dir / "task_scale.py").read_text(), "size_profiles": {},
+            "profile": "default", "candidate_source": (data_dir / "cand_same.py").read_text(),
+            "cache_dir": str(tmp_path / "cache"), "arch": "cpu", "device": "cpu"}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, "-m", "evalfarm.judge.ncu_target", str(tmp_path / "spec.json")],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "profiled one call of ModelNew" in done.stdout

@@ -131,7 +131,8 @@ def collect_trace(worker_dir: str, out_dir: str | os.PathLike[str]) -> list[str]
     return copied
 
 
-def ncu_report(out_dir: str | os.PathLike[str], *, device: str, spec: dict[str, Any], tmp: str) -> dict[str, Any]:
+def ncu_report(out_dir: str | os.PathLike[str], *, device: str, spec: dict[str, Any], tmp: str,
+               visible: str = "0") -> dict[str, Any]:
     """An Nsight Compute report of one candidate call, or a note saying why there is none.
 
     Runs ``evalfarm.judge.ncu_target`` (the candidate's ModelNew on fresh inputs, one warm-up call,
@@ -154,7 +155,7 @@ def ncu_report(out_dir: str | os.PathLike[str], *, device: str, spec: dict[str, 
     cmd = [ncu, "--profile-from-start", "off", "--set", "full", "--target-processes", "all",
            "--export", str(report.with_suffix("")), "--force-overwrite",
            *sandbox.python_cmd("evalfarm.judge.ncu_target"), spec_path]
-    env = sandbox.clean_env(work, {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")})
+    env = sandbox.clean_env(work, {"CUDA_VISIBLE_DEVICES": visible})
     log_path = out / "ncu.log"
     try:
         with log_path.open("wb") as logf:

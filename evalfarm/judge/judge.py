@@ -491,7 +491,8 @@ class Judge:
             summary["files"] = diagnose.collect_trace(worker_dir, out_dir)
         else:
             summary["note"] = f"torch profiler trace failed: {str(msg.get('detail', msg))[:2000]}"
-        summary.update(diagnose.ncu_report(out_dir, device=str(self.device), tmp=self._tmp, spec={
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(str(self.device.index or 0))
+        summary.update(diagnose.ncu_report(out_dir, device=str(self.device), tmp=self._tmp, visible=visible, spec={
             "task_name": self.task.name, "task_source": self.task.source, "size_profiles": self.task.size_profiles,
             "profile": size_profile, "candidate_source": self.candidate_source, "cache_dir": self.cache_dir,
             "arch": self.arch}))
