@@ -172,6 +172,34 @@ def ncu_report(out_dir: str | os.PathLike[str], *, device: str, spec: dict[str, 
     return {"ncu": str(report), "ncu_log": str(log_path), "ncu_note": ""}
 
 
+def write_inputs(arena: Any, inputs: list[Any]) -> list[list[Any]]:
+    """Write one call's inputs into a fresh arena (reset first); return the worker's argument spec."""
+    import torch
+
+    arena.reset()
+    slots = [arena.alloc(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None for v in inputs]
+    for v, slot in zip(inputs, slots, strict=True):
+        if slot is not None:
+            arena.view(slot).copy_(v)
+    return [["T", s.to_wire()] if s is not None else ["S", v] for s, v in zip(slots, inputs, strict=True)]
+
+
+def finish_profile(out_dir: str, worker_dir: str, reply: dict[str, Any], *, device: str, tmp: str, visible: str,
+                   size_profile: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """After the worker's profile op answered: copy its trace, add the ncu report (or why not),
+    write ``profile.json``; return what goes into ``evidence.diagnostics["profile"]``."""
+    summary: dict[str, Any] = {"size_profile": size_profile, "files": [], "note": ""}
+    if reply.get("op") == "profiled":
+        summary["files"] = collect_trace(worker_dir, out_dir)
+    else:
+        summary["note"] = f"torch profiler trace failed: {str(reply.get('detail', reply))[:2000]}"
+    summary.update(ncu_report(out_dir, device=device, tmp=tmp, visible=visible, spec=spec))
+    if summary.get("ncu"):
+        summary["files"].append(summary["ncu"])
+    summary["summary"] = write_profile_summary(out_dir, summary)
+    return summary
+
+
 def write_profile_summary(out_dir: str | os.PathLike[str], summary: dict[str, Any]) -> str:
     path = Path(out_dir) / "profile.json"
     path.parent.mkdir(parents=True, exist_ok=True)

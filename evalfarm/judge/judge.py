@@ -466,19 +466,11 @@ class Judge:
         """--profile: one extra, untimed candidate call under the torch profiler, with fresh inputs,
         after every timed round; the trace is copied out of the worker's directory. Then an Nsight
         Compute report of one call where ncu exists (evalfarm.judge.diagnose). Never a verdict."""
-        out_dir = str(self.diagnostics.profile_dir)
         inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(PROFILE_INPUT_INDEX)]
-        arena = self.arenas[CANDIDATE, "in"]
-        arena.reset()
-        slots = [arena.alloc(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None for v in inputs]
-        for v, slot in zip(inputs, slots, strict=True):
-            if slot is not None:
-                arena.view(slot).copy_(v)
+        spec = diagnose.write_inputs(self.arenas[CANDIDATE, "in"], inputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        spec = [["T", s.to_wire()] if s is not None else ["S", v] for s, v in zip(slots, inputs, strict=True)]
         worker_dir = os.path.join(self._tmp, CANDIDATE, "profile")
-        summary: dict[str, Any] = {"size_profile": size_profile, "files": [], "note": ""}
         self._resume(CANDIDATE)
         try:
             wire.send_json(self.cand.conn, {"op": "profile", "in": spec, "dir": worker_dir})
@@ -487,19 +479,13 @@ class Judge:
             msg = {"op": "profile_failed", "detail": f"the candidate worker did not answer: {type(err).__name__}"}
         finally:
             self._stop(CANDIDATE)
-        if msg.get("op") == "profiled":
-            summary["files"] = diagnose.collect_trace(worker_dir, out_dir)
-        else:
-            summary["note"] = f"torch profiler trace failed: {str(msg.get('detail', msg))[:2000]}"
         visible = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(str(self.device.index or 0))
-        summary.update(diagnose.ncu_report(out_dir, device=str(self.device), tmp=self._tmp, visible=visible, spec={
-            "task_name": self.task.name, "task_source": self.task.source, "size_profiles": self.task.size_profiles,
-            "profile": size_profile, "candidate_source": self.candidate_source, "cache_dir": self.cache_dir,
-            "arch": self.arch}))
-        if summary.get("ncu"):
-            summary["files"].append(summary["ncu"])
-        summary["summary"] = diagnose.write_profile_summary(out_dir, summary)
-        return summary
+        return diagnose.finish_profile(
+            str(self.diagnostics.profile_dir), worker_dir, msg, device=str(self.device), tmp=self._tmp,
+            visible=visible, size_profile=size_profile, spec={
+                "task_name": self.task.name, "task_source": self.task.source, "size_profiles": self.task.size_profiles,
+                "profile": size_profile, "candidate_source": self.candidate_source, "cache_dir": self.cache_dir,
+                "arch": self.arch})
 
     def _save_failing(self, plan: RoundPlan, reason: str, ref_out: list[Any], cand_out: list[Any]) -> None:
         """--save-failing-input: the judge writes the failing round's tensors (never the worker)."""
