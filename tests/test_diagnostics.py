@@ -86,3 +86,21 @@ def test_ncu_target_runs_the_candidate_once_profiled(data_dir, tmp_path):
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "profiled one call of ModelNew" in done.stdout
+
+
+def test_cli_diagnostics_paths_single_and_batch(tmp_path):
+    from evalfarm.batch import BatchItem
+    from evalfarm.cli import _batch_diagnostics, _diagnostics_root, build_parser
+
+    parse = build_parser().parse_args
+    single = parse(["score", "--task", "L1/1", "--candidate", "c.py", "--profile"])
+    assert _diagnostics_root(single) == (Path("evalfarm-profile"), None)
+    out = tmp_path / "runs" / "results.jsonl"
+    args = parse(["score", "--candidates", "c.jsonl", "--out", str(out), "--profile", "--save-failing-input",
+                  str(tmp_path / "f")])
+    profile, failing = _diagnostics_root(args)
+    assert profile == tmp_path / "runs" / "results_profile" and failing == tmp_path / "f"
+    d = _batch_diagnostics(profile, failing)(BatchItem("L1/3/sample_0", "L1/3", "src"))
+    assert d.profile_dir == str(profile / "L1_3_sample_0") and d.failing_input_dir == str(failing / "L1_3_sample_0")
+    assert _batch_diagnostics(None, None) is None
+    assert _diagnostics_root(parse(["score", "--task", "L1/1", "--candidate", "c.py"])) == (None, None)
