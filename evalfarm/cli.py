@@ -2,6 +2,7 @@
 
     evalfarm score --task L1/1 --candidate my_kernel.py [--device cpu|cuda[:N]] [--json]
     evalfarm score --candidates DIR|FILE.jsonl --out results.jsonl [--server H:P[,H:P...]] [--baseline compile]
+    evalfarm score ... [--profile [DIR]] [--save-failing-input DIR] [--require-other-sizes | --no-other-sizes]
     evalfarm tasks [--kernelbench-root DIR] [--lint [--device cpu|cuda] [--size-profile P]]
     evalfarm serve --port 50051 [--device cpu] ...
     evalfarm status --server HOST:PORT

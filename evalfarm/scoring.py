@@ -190,9 +190,15 @@ class Evaluation:
         if profile is None:
             return other_sizes.apply(result, other_sizes.not_applicable(self.task, evaluated), cfg.require_other_sizes)
         t0 = time.monotonic()
-        second = self._judge_run(arch, other_sizes.check_config(cfg, profile), {"correctness_only": True})
+        extra: dict[str, object] = {"correctness_only": True}
+        if self.diagnostics.failing_input_dir:  # a failure there is saved too, in a folder of its own
+            extra["diagnostics"] = Diagnostics(failing_input_dir=os.path.join(
+                self.diagnostics.failing_input_dir, f"other_sizes_{profile}")).to_dict()
+        second = self._judge_run(arch, other_sizes.check_config(cfg, profile), extra)
         if self._cancelled:
             return second
+        if "failing_input" in second.evidence.diagnostics:
+            result.evidence.diagnostics["other_sizes_failing_input"] = second.evidence.diagnostics["failing_input"]
         check = other_sizes.from_result(profile, second, time.monotonic() - t0)
         return other_sizes.apply(result, check, cfg.require_other_sizes)
 

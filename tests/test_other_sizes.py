@@ -33,14 +33,24 @@ def test_other_profile_choice(data_dir):
     assert other_profile(as_task(str(data_dir / "task_scale.py")), "default") is None
 
 
-def test_hard_coded_size_passes_but_fails_other_sizes(task, data_dir, build_pool):
-    r = _score(task, data_dir, "cand_sized_hardcoded.py", build_pool)
+def test_hard_coded_size_passes_but_fails_other_sizes(task, data_dir, build_pool, tmp_path):
+    import torch
+
+    from evalfarm.judge.diagnose import Diagnostics
+
+    r = score(task, as_candidate(str(data_dir / "cand_sized_hardcoded.py")), QUICK, build_pool=build_pool,
+              diagnostics=Diagnostics(failing_input_dir=str(tmp_path)))
     assert r.verdict is Verdict.OK, r.detail
     assert r.evidence.size_profile == "small"
     other = r.evidence.other_sizes
     assert other["profile"] == "default" and other["status"] == "failed", other
     assert other["verdict"] == "INCORRECT" and "size profile 'default'" in other["detail"]
     assert "other_sizes" in r.evidence.phases_s
+    # --save-failing-input also keeps the failing round at the other size, in a folder of its own.
+    saved = r.evidence.diagnostics["other_sizes_failing_input"]
+    assert saved["dir"] == str(tmp_path / "other_sizes_default") and saved["size_profile"] == "default"
+    (cand,) = torch.load(tmp_path / "other_sizes_default" / "candidate_output.pt")
+    assert cand.shape == (16, 256) and not cand[8:].any()  # the rows past the hard-coded 8 were never written
 
 
 def test_require_other_sizes_makes_it_incorrect(task, data_dir, build_pool):
