@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from evalfarm import ScoreConfig, Verdict
@@ -104,3 +105,21 @@ def test_cli_diagnostics_paths_single_and_batch(tmp_path):
     assert d.profile_dir == str(profile / "L1_3_sample_0") and d.failing_input_dir == str(failing / "L1_3_sample_0")
     assert _batch_diagnostics(None, None) is None
     assert _diagnostics_root(parse(["score", "--task", "L1/1", "--candidate", "c.py"])) == (None, None)
+
+
+@pytest.mark.gpu
+def test_profile_on_a_gpu_has_kernels_and_an_ncu_report_or_a_note(tmp_path):
+    import shutil
+
+    variant = REPO / "evalfarm/tasks/builtin/variants/level1/3_RMSNorm/fast_cuda_channel_loop.py"
+    prof = tmp_path / "prof"
+    r = score(as_task("L1/3"), as_candidate(str(variant)), QUICK.replace(device="cuda"),
+              diagnostics=Diagnostics(profile_dir=str(prof)))
+    assert r.verdict is Verdict.OK, r.detail
+    trace = json.loads((prof / "candidate_trace.json").read_text())
+    assert any(e.get("cat") == "kernel" for e in trace["traceEvents"])
+    summary = r.evidence.diagnostics["profile"]
+    if shutil.which("ncu"):
+        assert summary["ncu"] and Path(summary["ncu"]).exists() or summary["ncu_note"], summary
+    else:
+        assert summary["ncu"] is None and "ncu is not on PATH" in summary["ncu_note"]
