@@ -30,8 +30,10 @@ def _with_baseline(item: BatchItem, result: ScoreResult, baseline: ScoreResult |
 
 
 def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: str | None = None,
-                 build_pool: Any = None) -> Callable[[list[BatchItem]], Iterator[dict[str, Any]]]:
-    """Score one sample at a time on ``config.device`` (one judge at a time per device)."""
+                 build_pool: Any = None, diagnostics: Callable[[BatchItem], Any] | None = None,
+                 ) -> Callable[[list[BatchItem]], Iterator[dict[str, Any]]]:
+    """Score one sample at a time on ``config.device`` (one judge at a time per device);
+    ``diagnostics(item)`` gives each sample's evalfarm.judge.diagnose.Diagnostics (--profile ...)."""
     from evalfarm import scoring
 
     tasks: dict[str, Task | str] = {}
@@ -59,7 +61,8 @@ def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: 
                     baselines[item.task] = scoring.score(task, compile_candidate(task), config, build_pool)
                 base = baselines[item.task]
             cand = Candidate(source=item.source, name=item.sample_id, path=item.path)
-            yield _with_baseline(item, scoring.score(task, cand, config, build_pool), base)
+            diag = diagnostics(item) if diagnostics is not None else None
+            yield _with_baseline(item, scoring.score(task, cand, config, build_pool, diag), base)
 
     return score_all
 

@@ -2,6 +2,7 @@
 
     evalfarm score --task L1/1 --candidate my_kernel.py [--device cpu|cuda[:N]] [--json]
     evalfarm score --candidates DIR|FILE.jsonl --out results.jsonl [--server H:P[,H:P...]] [--baseline compile]
+    evalfarm score ... [--profile [DIR]] [--save-failing-input DIR] [--require-other-sizes | --no-other-sizes]
     evalfarm tasks [--kernelbench-root DIR] [--lint [--device cpu|cuda] [--size-profile P]]
     evalfarm serve --port 50051 [--device cpu] ...
     evalfarm status --server HOST:PORT
@@ -46,6 +47,18 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--table-md", default=None, help="batch: also write the summary table as Markdown here")
     p.add_argument("--baseline", choices=["compile"], default=None,
                    help="also score torch.compile(Model) of each task and report speedups over it")
+    p.add_argument("--other-sizes", action=argparse.BooleanOptionalAction, default=True,
+                   help="after an OK verdict, re-check correctness at one other size profile of the task and "
+                        "report it as evidence.other_sizes (docs/tasks.md, unseen sizes)")
+    p.add_argument("--require-other-sizes", action="store_true",
+                   help="a failure at the other size profile makes the verdict INCORRECT")
+    p.add_argument("--profile", nargs="?", const="", default=None, metavar="DIR",
+                   help="save a torch profiler trace of one candidate call (and an Nsight Compute report where "
+                        "ncu is on PATH) in DIR (default: ./evalfarm-profile, or <out>_profile/ for a batch); "
+                        "local scoring only")
+    p.add_argument("--save-failing-input", default=None, metavar="DIR",
+                   help="write the inputs and both outputs of the first failing correctness round to DIR "
+                        "(torch.save files and failing_input.json); local scoring only")
     p.add_argument("--fail-on", default=None, metavar="VERDICTS",
                    help="comma list of verdicts (e.g. INCORRECT,HACK_DETECTED) that make the exit code 1")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -78,6 +91,8 @@ def _config_from(args: argparse.Namespace) -> ScoreConfig:
         changes["size_profile"] = args.size_profile
     if args.guard_policy is not None:
         changes["guard_policy"] = args.guard_policy
+    changes["check_other_sizes"] = bool(args.other_sizes)
+    changes["require_other_sizes"] = bool(args.require_other_sizes)
     return ScoreConfig(**changes)  # type: ignore[arg-type]
 
 
@@ -106,8 +121,26 @@ def check_device(device: str) -> None:
         raise ToolError(f"--device {device}: this host has {len(gpus)} GPU(s) (cuda:0..cuda:{len(gpus) - 1})")
 
 
+def _diagnostics_root(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
+    """(profile dir, failing-input dir) asked for on the command line; ToolError with --server."""
+    if args.profile is None and args.save_failing_input is None:
+        return None, None
+    if args.server:
+        raise ToolError("--profile and --save-failing-input work with local scoring only (not with --server)")
+    profile = None
+    if args.profile is not None:
+        if args.profile:
+            profile = Path(args.profile)
+        elif args.candidates and args.out:
+            profile = Path(args.out).with_name(Path(args.out).stem + "_profile")
+        else:
+            profile = Path("evalfarm-profile")
+    return profile, Path(args.save_failing_input) if args.save_failing_input else None
+
+
 def run_score(args: argparse.Namespace) -> int:
     fail_on = _fail_on(args)
+    profile_dir, failing_dir = _diagnostics_root(args)
     if args.candidates:
         return run_batch_score(args, fail_on)
     if not (args.task and args.candidate):
@@ -133,7 +166,10 @@ def run_score(args: argparse.Namespace) -> int:
         print(f"scoring {candidate.path} against {task.name} on {config.device} "
               f"(a few seconds to minutes: build, {config.num_correctness_inputs} correctness inputs, "
               f"up to {config.timing_budget_s:g} s of timing) ...", file=sys.stderr)
-    result = scoring.score(task, candidate, config, build_pool=pool)
+    from evalfarm.judge.diagnose import Diagnostics
+
+    diagnostics = Diagnostics(str(profile_dir) if profile_dir else None, str(failing_dir) if failing_dir else None)
+    result = scoring.score(task, candidate, config, build_pool=pool, diagnostics=diagnostics)
     if args.json:
         print(result.to_json())
     else:
@@ -158,7 +194,8 @@ def run_batch_score(args: argparse.Namespace, fail_on: set[str]) -> int:
         config = _config_from(args)
         check_device(config.device)
         pool = BuildPool(max_workers=1, cache_dir=Path(args.cache_dir) / "build")
-        score_all = local_scorer(config, lambda spec: resolve_task(spec, args.kernelbench_root), args.baseline, pool)
+        score_all = local_scorer(config, lambda spec: resolve_task(spec, args.kernelbench_root), args.baseline, pool,
+                                 _batch_diagnostics(*_diagnostics_root(args)))
         close = None
     try:
         rows = batch.run_batch(items, args.out, score_all, progress=not args.json)
@@ -175,6 +212,21 @@ def run_batch_score(args: argparse.Namespace, fail_on: set[str]) -> int:
     else:
         print(batch.format_table(summary))
     return EXIT_FAIL_ON if any(r.get("verdict") in fail_on for r in rows) else 0
+
+
+def _batch_diagnostics(profile: Path | None, failing: Path | None) -> object:
+    """Per-sample diagnostics directories for a batch: <dir>/<sample id, made a safe name>."""
+    if profile is None and failing is None:
+        return None
+    import re
+
+    from evalfarm.judge.diagnose import Diagnostics
+
+    def for_item(item: object) -> Diagnostics:
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(getattr(item, "sample_id", "sample"))).strip("._") or "sample"
+        return Diagnostics(str(profile / name) if profile else None, str(failing / name) if failing else None)
+
+    return for_item
 
 
 def _remote_batch_scorer(args: argparse.Namespace) -> tuple[object, object]:
@@ -211,7 +263,8 @@ def _remote_batch_scorer(args: argparse.Namespace) -> tuple[object, object]:
 
 
 _OPTION_FLAGS = {"num_correctness_inputs": "inputs", "timing_budget_s": "budget", "tolerance": "tolerance",
-                 "size_profile": "size_profile", "guard_policy": "guard_policy"}
+                 "size_profile": "size_profile", "guard_policy": "guard_policy",
+                 "check_other_sizes": "other_sizes", "require_other_sizes": "require_other_sizes"}
 
 
 def run_tasks(args: argparse.Namespace) -> int:

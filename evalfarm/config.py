@@ -87,6 +87,13 @@ class ScoreConfig:
     # worker (new secret seed) and kept only if the two agree within 10%; else the lower one
     # is returned. 0 disables it.
     reverify_above: float = 3.0
+    # Unseen sizes (evalfarm.other_sizes): after an OK verdict, re-check correctness at one other
+    # size profile of the task (a second, short correctness-only evaluation) and report it as
+    # evidence.other_sizes. Off by default here (it costs a second evaluation per OK candidate);
+    # `evalfarm score` turns it on. require_other_sizes implies the check and makes a failure
+    # there INCORRECT.
+    check_other_sizes: bool = False
+    require_other_sizes: bool = False
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -101,8 +108,15 @@ class ScoreConfig:
 
         if self.guard_policy not in GuardPolicy.NAMES:
             raise ConfigError(f"guard_policy must be one of {', '.join(GuardPolicy.NAMES)}, got {self.guard_policy!r}")
+        for name in ("check_other_sizes", "require_other_sizes"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.min_timed_rounds < self.num_buckets:
             raise ConfigError("min_timed_rounds must be at least num_buckets")
+
+    @property
+    def other_sizes_wanted(self) -> bool:
+        return self.check_other_sizes or self.require_other_sizes
 
     @property
     def is_cuda(self) -> bool:

@@ -69,6 +69,12 @@ class Evidence:
     # The device-memory plan (GPU only, evalfarm.judge.memory_plan): the task's footprint, what the
     # evaluation needs and what the device had free.
     memory: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Correctness at one other size profile (evalfarm.other_sizes): {"profile", "status": "ok" |
+    # "failed" | "not_applicable", "detail"}. Empty when the check was not asked for.
+    other_sizes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Diagnostics asked for by `evalfarm score --profile / --save-failing-input`
+    # (evalfarm.judge.diagnose): {"profile": {...}, "failing_input": {...}}, with the files written.
+    diagnostics: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

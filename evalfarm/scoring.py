@@ -18,12 +18,13 @@ import threading
 import time
 from pathlib import Path
 
-from evalfarm import reverify, sandbox
+from evalfarm import other_sizes, reverify, sandbox
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
 from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking, check_candidate_source
 from evalfarm.judge import wire
+from evalfarm.judge.diagnose import Diagnostics
 from evalfarm.result import Evidence, ScoreResult
 from evalfarm.tasks.format import Candidate, Task, load_candidate_file, parse_candidate, parse_task
 from evalfarm.tasks.suite import resolve_task
@@ -68,8 +69,10 @@ def _overall_timeout(cfg: ScoreConfig) -> float:
 class Evaluation:
     """A running scoring: wait for it with ``result()``, stop it with ``cancel()``."""
 
-    def __init__(self, task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool) -> None:
+    def __init__(self, task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool,
+                 diagnostics: Diagnostics | None = None) -> None:
         self.task, self.candidate, self.config, self.pool = task, candidate, config, pool
+        self.diagnostics = diagnostics or Diagnostics()
         self._done = threading.Event()
         self._result: ScoreResult | None = None
         self._cancelled = False
@@ -159,8 +162,10 @@ class Evaluation:
             build_ev["note"] = "build runner failed; the worker builds on a cache miss"
         if self._cancelled:
             return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
-        result = self._judge_run(arch)
-        result = self._reverify(result, arch)
+        first = self._judge_run(arch, extra={"diagnostics": self.diagnostics.to_dict()})
+        result = self._reverify(first, arch)
+        result.evidence.diagnostics = first.evidence.diagnostics  # the first judge wrote them
+        result = self._other_sizes(result, arch)
         result.evidence.build = {**build_ev, **result.evidence.build}
         result.evidence.static_findings = static + result.evidence.static_findings
         result.evidence.phases_s = {**phases, **result.evidence.phases_s, "total": time.monotonic() - t0}
@@ -175,8 +180,31 @@ class Evaluation:
             return second
         return reverify.merge(first, second, where="fresh process, same device")
 
-    def _judge_run(self, arch: str) -> ScoreResult:
+    def _other_sizes(self, result: ScoreResult, arch: str) -> ScoreResult:
+        """After an OK verdict, a correctness-only evaluation at one other size profile (evalfarm.other_sizes)."""
         cfg = self.config
+        if not cfg.other_sizes_wanted or not result.ok or self._cancelled:
+            return result
+        evaluated = result.evidence.size_profile
+        profile = other_sizes.other_profile(self.task, evaluated)
+        if profile is None:
+            return other_sizes.apply(result, other_sizes.not_applicable(self.task, evaluated), cfg.require_other_sizes)
+        t0 = time.monotonic()
+        extra: dict[str, object] = {"correctness_only": True}
+        if self.diagnostics.failing_input_dir:  # a failure there is saved too, in a folder of its own
+            extra["diagnostics"] = Diagnostics(failing_input_dir=os.path.join(
+                self.diagnostics.failing_input_dir, f"other_sizes_{profile}")).to_dict()
+        second = self._judge_run(arch, other_sizes.check_config(cfg, profile), extra)
+        if self._cancelled:
+            return second
+        if "failing_input" in second.evidence.diagnostics:
+            result.evidence.diagnostics["other_sizes_failing_input"] = second.evidence.diagnostics["failing_input"]
+        check = other_sizes.from_result(profile, second, time.monotonic() - t0)
+        return other_sizes.apply(result, check, cfg.require_other_sizes)
+
+    def _judge_run(self, arch: str, config: ScoreConfig | None = None,
+                   extra: dict[str, object] | None = None) -> ScoreResult:
+        cfg = config or self.config
         conn, child_sock = wire.channel_pair()
         fd = child_sock.fileno()
         tmp = sandbox.make_private_tmp("evalfarm-judge-")
@@ -194,7 +222,7 @@ class Evaluation:
             wire.send_json(conn, {
                 "config": cfg.to_dict(), "task_name": self.task.name, "task_source": self.task.source,
                 "size_profiles": self.task.size_profiles, "candidate_source": self.candidate.source,
-                "cache_dir": str(self.pool.cache_dir), "arch": arch,
+                "cache_dir": str(self.pool.cache_dir), "arch": arch, **(extra or {}),
             })
             deadline = time.monotonic() + _overall_timeout(cfg)
             while True:
@@ -238,15 +266,17 @@ def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: Bui
     return True
 
 
-def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None) -> Evaluation:
+def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None,
+          diagnostics: Diagnostics | None = None) -> Evaluation:
     """Begin scoring in the background."""
-    return Evaluation(task, candidate, config, build_pool or default_build_pool())
+    return Evaluation(task, candidate, config, build_pool or default_build_pool(), diagnostics)
 
 
 def score(task: Task | str | Path, candidate: Candidate | str | Path, config: ScoreConfig | None = None,
-          build_pool: BuildPool | None = None) -> ScoreResult:
-    """Score a candidate against a task: a file path, built-in id/name, or a Task/Candidate."""
-    return start(as_task(task), as_candidate(candidate), config or ScoreConfig(), build_pool).result()
+          build_pool: BuildPool | None = None, diagnostics: Diagnostics | None = None) -> ScoreResult:
+    """Score a candidate against a task: a file path, built-in id/name, or a Task/Candidate.
+    ``diagnostics`` asks for a profiler trace and/or the first failing round's tensors (local only)."""
+    return start(as_task(task), as_candidate(candidate), config or ScoreConfig(), build_pool, diagnostics).result()
 
 
 def describe(result: ScoreResult) -> str:
@@ -264,6 +294,14 @@ def describe(result: ScoreResult) -> str:
         lines.append("detail:  " + result.detail.strip().replace("\n", "\n         "))
     for g in result.evidence.guards:
         lines.append(f"guard:   {g}")
+    other = result.evidence.other_sizes
+    if other:
+        lines.append(f"sizes:   other size profile {other.get('profile') or '-'}: {other.get('status')} "
+                     f"({other.get('detail', '')})")
+    for kind, diag in result.evidence.diagnostics.items():
+        files = diag.get("files") or ([diag["json"]] if diag.get("json") else [])
+        note = diag.get("note") or diag.get("ncu_note") or ""
+        lines.append(f"{kind}: " + ", ".join(files) + (f" ({note})" if note else ""))
     return "\n".join(lines)
 
 

@@ -120,7 +120,8 @@ def _build_request(args: argparse.Namespace) -> pb.ScoreRequest:
     options: dict[str, Any] = {}
     for attr, field in (("inputs", "num_correctness_inputs"), ("budget", "timing_budget_s"),
                         ("tolerance", "tolerance"), ("size_profile", "size_profile"),
-                        ("guard_policy", "guard_policy")):
+                        ("guard_policy", "guard_policy"), ("other_sizes", "check_other_sizes"),
+                        ("require_other_sizes", "require_other_sizes")):
         value = getattr(args, attr, None)
         if value is not None:
             options[field] = value

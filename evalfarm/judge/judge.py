@@ -42,7 +42,7 @@ from evalfarm import sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
-from evalfarm.judge import wire
+from evalfarm.judge import diagnose, wire
 from evalfarm.judge.arena import Arena, aligned, shm_dir
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
@@ -67,6 +67,10 @@ PREPARE_TIMEOUT_S = 60.0
 PRE_CALL_SLACK_NS = 10_000
 # A reference call that had to wait longer than this for a quiet GPU is noted in the evidence.
 QUIET_NOTE_S = 2e-3
+# The input index of the profiled call (--profile): never one of the rounds' (0, 1, ...) or the
+# judge's own set-up calls (-1, -2, -3), so it is fresh to the candidate.
+PROFILE_INPUT_INDEX = -4
+PROFILE_TIMEOUT_S = 120.0
 ISOLATION_NOTE = ("reference computed and timed in its own worker process; candidate process stopped "
                   "outside its own calls; inputs written right before each call")
 
@@ -298,10 +302,14 @@ class Judge:
         self.rng = random.Random(secrets.randbits(64))
         self.degenerate = ""
         self._stopped: set[str] = set()
+        # A second, correctness-only evaluation (evalfarm.other_sizes): no timing, no speedup.
+        self.correctness_only = bool(request.get("correctness_only"))
+        self.diagnostics = diagnose.Diagnostics.from_dict(request.get("diagnostics"))
+        self._tmp = ""
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
-        tmp = sandbox.make_private_tmp("evalfarm-eval-")
+        tmp = self._tmp = sandbox.make_private_tmp("evalfarm-eval-")
         workers: list[WorkerHandle] = []
         arenas: list[Arena] = []
         try:
@@ -313,6 +321,8 @@ class Judge:
             self.ref, self.cand = workers
             return self._evaluate(tmp, arenas)
         except Verdicted as v:
+            if self.diagnostics.profile_dir:
+                self.evidence.diagnostics["profile"] = {"note": f"not profiled: the verdict is {v.verdict.value}"}
             return self._result(v.verdict, None, v.detail)
         finally:
             self._resume_all()
@@ -382,6 +392,8 @@ class Judge:
         budget = ARENA_BUDGET_BYTES["cuda" if self.device.type == "cuda" else "cpu"]
         per_round = 2 * (in_bytes + out_bytes)
         self.rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
+        if self.correctness_only:
+            self.rounds_per_batch = min(self.rounds_per_batch, cfg.num_correctness_inputs)
         where = shm_dir(tmp)
         try:
             self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
@@ -445,7 +457,46 @@ class Judge:
         self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:8])]
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
-        return self._measure()
+        result = self._measure()
+        if self.diagnostics.profile_dir and not self.correctness_only:
+            self.evidence.diagnostics["profile"] = self._profile(profile)
+        return result
+
+    def _profile(self, size_profile: str) -> dict[str, Any]:
+        """--profile: one extra, untimed candidate call under the torch profiler, with fresh inputs,
+        after every timed round; the trace is copied out of the worker's directory. Then an Nsight
+        Compute report of one call where ncu exists (evalfarm.judge.diagnose). Never a verdict."""
+        inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(PROFILE_INPUT_INDEX)]
+        spec = diagnose.write_inputs(self.arenas[CANDIDATE, "in"], inputs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        worker_dir = os.path.join(self._tmp, CANDIDATE, "profile")
+        self._resume(CANDIDATE)
+        try:
+            wire.send_json(self.cand.conn, {"op": "profile", "in": spec, "dir": worker_dir})
+            msg = wire.recv_json(self.cand.conn, PROFILE_TIMEOUT_S + self._call_limit_s())
+        except (TimeoutError, OSError, wire.PeerClosed, wire.ProtocolError) as err:
+            msg = {"op": "profile_failed", "detail": f"the candidate worker did not answer: {type(err).__name__}"}
+        finally:
+            self._stop(CANDIDATE)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(str(self.device.index or 0))
+        return diagnose.finish_profile(
+            str(self.diagnostics.profile_dir), worker_dir, msg, device=str(self.device), tmp=self._tmp,
+            visible=visible, size_profile=size_profile, spec={
+                "task_name": self.task.name, "task_source": self.task.source, "size_profiles": self.task.size_profiles,
+                "profile": size_profile, "candidate_source": self.candidate_source, "cache_dir": self.cache_dir,
+                "arch": self.arch})
+
+    def _save_failing(self, plan: RoundPlan, reason: str, ref_out: list[Any], cand_out: list[Any]) -> None:
+        """--save-failing-input: the judge writes the failing round's tensors (never the worker)."""
+        if not self.diagnostics.failing_input_dir or "failing_input" in self.evidence.diagnostics:
+            return
+        try:
+            self.evidence.diagnostics["failing_input"] = diagnose.save_failing_round(
+                self.diagnostics.failing_input_dir, task=self.task.name, round_index=plan.r, reason=reason,
+                inputs=plan.inputs, reference=ref_out, candidate=cand_out, size_profile=self.evidence.size_profile)
+        except (OSError, RuntimeError) as err:
+            self.evidence.diagnostics["failing_input"] = {"note": f"could not write the failing input: {err}"}
 
     def _check_symbols(self, extensions: Any) -> None:
         """Static check of every extension the worker loaded, read from the cache (not the worker).
@@ -645,6 +696,10 @@ class Judge:
             r += len(plans)
             if r < n_correct:
                 continue
+            if self.correctness_only:
+                self.evidence.correctness_inputs = n_correct
+                self.phases["correctness"] = time.monotonic() - start
+                return self._result(Verdict.OK, None, "")
             if timing_start is None:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
@@ -727,6 +782,8 @@ class Judge:
         c = compare_outputs(outputs(CANDIDATE), outputs(REFERENCE), self.config.tolerance)
         if not c.ok:
             if in_correctness:
+                self._save_failing(plan, c.reason, flatten_output(outputs(REFERENCE)),
+                                   flatten_output(outputs(CANDIDATE)))
                 raise Verdicted(Verdict.INCORRECT, f"correctness input {plan.r + 1} of "
                                 f"{self.config.num_correctness_inputs}: {c.reason}")
             raise Verdicted(Verdict.HACK_DETECTED, f"guard timed_output_audit: a timed call's output was wrong "

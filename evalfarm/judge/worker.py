@@ -206,6 +206,8 @@ class Worker:
                 self.send(reply)
                 if reply["op"] != "round":
                     break
+            elif op == "profile" and self.role == CANDIDATE:
+                self.send(self.profile(msg))
             else:
                 break
         self.conn.close()
@@ -333,6 +335,17 @@ class Worker:
             return {"op": "error", "kind": "infra" if self.role == REFERENCE else _error_kind(err), "round": r,
                     "detail": f"reading the output failed: {type(err).__name__}: {err}"}
         return {"op": "round", "r": r, "t": t, "e": ev, "pre": pre}
+
+    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One extra, untimed call under the torch profiler (evalfarm.judge.profiling), asked for
+        by the judge after the verdict's rounds; the trace goes to the directory the judge names."""
+        from evalfarm.judge.profiling import profile_call
+
+        try:
+            files = profile_call(self.model, self._args(msg["in"]), str(msg["dir"]), self._sync, self.is_cuda)
+        except BaseException as err:  # noqa: BLE001 - a failed profile is a note, not a verdict
+            return {"op": "profile_failed", "detail": f"{type(err).__name__}: {err}"[:2000]}
+        return {"op": "profiled", "files": files}
 
     def _structure_problem(self, outs: list[Any], raw: Any, slots: list[Any]) -> str:
         from evalfarm.judge.arena import DTYPES
