@@ -28,17 +28,7 @@ timeout 120 python3 -m evalfarm score --task L1/3 --candidate "$V/level1/3_RMSNo
 echo "failing-input exit code: $?" | tee -a "$OUT/failing.log"
 
 # 3. Every built-in CUDA variant with --require-other-sizes (a killed batch keeps its finished rows).
-python3 - "$OUT/variants.jsonl" <<'PY'
-import json, sys
-from evalfarm.tasks.suite import builtin_suite
-s = builtin_suite()
-with open(sys.argv[1], "w") as f:
-    for e in s.entries:
-        for v in s.variants(e.task_id):
-            if v.devices == "cuda":
-                f.write(json.dumps({"task": e.task_id, "candidate": str(v.path.resolve()),
-                                    "sample_id": f"{e.task_id}/{v.kind}_{v.label}"}) + "\n")
-PY
+python3 scripts/cuda_variants_jsonl.py "$OUT/variants.jsonl"
 timeout 150 python3 -m evalfarm score --candidates "$OUT/variants.jsonl" --out "$OUT/other_sizes.jsonl" \
   --device cuda --inputs 100 --budget 2 --require-other-sizes > "$OUT/other_sizes.log" 2>&1
 echo "batch exit code: $?" | tee -a "$OUT/other_sizes.log"

@@ -19,17 +19,7 @@ timeout $((scan_s + 30)) python3 scripts/kernelbench_scan.py --root "$KB" --devi
 echo "== scan (levels 1-3) =="; cat "$OUT/scan.md" | head -40
 
 # 2. Every built-in CUDA variant, with the torch.compile baseline of its task.
-python3 - "$OUT/variants.jsonl" <<'PY'
-import json, sys
-from evalfarm.tasks.suite import builtin_suite
-s = builtin_suite()
-with open(sys.argv[1], "w") as f:
-    for e in s.entries:
-        for v in s.variants(e.task_id):
-            if v.devices == "cuda":
-                f.write(json.dumps({"task": e.task_id, "candidate": str(v.path.resolve()),
-                                    "sample_id": f"{e.task_id}/{v.kind}_{v.label}"}) + "\n")
-PY
+python3 scripts/cuda_variants_jsonl.py "$OUT/variants.jsonl"
 timeout "$batch_s" python3 -m evalfarm score --candidates "$OUT/variants.jsonl" --out "$OUT/variants_results.jsonl" \
   --device cuda --baseline compile --inputs 100 --budget 2 \
   --table-md "$OUT/variants.md" --table-csv "$OUT/variants.csv" > "$OUT/variants.log" 2>&1
