@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm.judge.memory_plan import GB, Footprint, MemoryGate, meta_footprint, plan
+from evalfarm.judge.memory_plan import (
+    GB,
+    Footprint,
+    MemoryGate,
+    meta_footprint,
+    plan,
+    rounds_bytes,
+    rounds_that_fit,
+    setup_bytes,
+)
 from evalfarm.tasks.format import instantiate_task
 from evalfarm.tasks.suite import kernelbench_suite
 
@@ -50,6 +59,41 @@ def test_more_rounds_per_batch_need_more():
     fp = _footprint("L1/1")
     one, many = (plan(fp, 1 << 40, 1 << 40, rounds_per_batch=k).run_bytes for k in (1, 32))
     assert many - one >= 31 * (3 * fp.input_bytes + 2 * fp.output_bytes)
+
+
+def test_full_size_elementwise_task_fits_an_h100():
+    # KernelBench L1/19..L1/37: 6.4 GB of input and as much output, a call's peak of one output.
+    # The judge's probe holds at most two input sets and one output; the rounds are the peak.
+    fp = _footprint("L1/2")
+    fp.call_peak_bytes, fp.measured = fp.output_bytes, True
+    assert setup_bytes(fp) == 3 * fp.input_bytes
+    p = plan(fp, free_bytes=int(84.5 * GB), total_bytes=int(85.0 * GB))
+    assert p.fits, p.reason()
+    assert p.setup_bytes < p.run_bytes < 62 * GB
+
+
+def test_reference_of_a_third_of_the_card_is_judged_against_everything_held():
+    # KernelBench L1/38 (L1 norm of 8.6 GB): the reference alone needs ~26 GB (input, the abs()
+    # temporary, the output). Two workers, four arenas, the judge's copy of the inputs and the
+    # candidate's kept output do not fit 84.5 GB: a clear reason, not an out-of-memory crash.
+    big = 8_589_934_592
+    fp = Footprint(input_bytes=big, weight_bytes=0, output_bytes=big, call_peak_bytes=2 * big, measured=True)
+    p = plan(fp, free_bytes=int(84.5 * GB), total_bytes=int(85.0 * GB))
+    physical = 4 * big + big + 2 * (2 * big) + big  # four arenas, the judge's inputs, two calls, the kept output
+    assert p.run_bytes > physical and not p.fits
+    assert "task_too_large: the task needs ~" in p.reason()
+    # the same task fits a card with 141 GB (an H200)
+    assert plan(fp, free_bytes=140 * 10**9, total_bytes=141 * 10**9).fits
+
+
+def test_a_tight_device_gets_fewer_rounds_per_batch():
+    fp = Footprint(input_bytes=200 << 20, weight_bytes=0, output_bytes=200 << 20, call_peak_bytes=400 << 20)
+    roomy = 1 << 40
+    assert rounds_that_fit(fp, roomy, 32) == 32
+    tight = rounds_bytes(fp, 4) + (3 * 600 << 20)
+    k = rounds_that_fit(fp, tight, 32)
+    assert 1 <= k <= 4 and rounds_bytes(fp, k) + (3 * 600 << 20) <= tight
+    assert rounds_that_fit(fp, 0, 32) == 1  # never fewer than one: the plan then says it does not fit
 
 
 def test_tasks_that_cannot_run_on_meta_get_no_estimate():

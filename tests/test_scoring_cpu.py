@@ -290,3 +290,13 @@ def test_first_calls_share_an_allowance_for_lazy_work(task, data_dir, build_pool
                first_call_timeout_s=1.2)
     assert r.verdict is Verdict.TIMEOUT, (r.verdict, r.detail)
     assert "round 1" in r.detail, r.detail
+
+
+def test_a_reference_that_mutates_its_inputs_lets_the_candidate_do_the_same(data_dir, build_pool):
+    # The judge's set-up finds that the reference writes into its input (x.relu_()) from the same
+    # inputs drawn twice, without keeping a copy; the candidate doing the same is then no fault.
+    src = (data_dir / "task_scale.py").read_text().replace("y = torch.relu(x)", "y = x.relu_()")
+    mutating = as_task(src)
+    r = score(mutating, as_candidate(str(data_dir / "cand_mutates.py")), QUICK, build_pool=build_pool)
+    assert r.verdict is Verdict.OK, r.detail
+    assert "degenerate" not in r.evidence.task_flags

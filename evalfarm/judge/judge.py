@@ -356,16 +356,24 @@ class Judge:
             weight_seed = self.source.weight_seed()
             torch.manual_seed(weight_seed)
             ref_model = task_mod.Model(*init_inputs).to(self.device)
+            # Lean for full-size tasks (memory_plan.setup_bytes): at most two input sets and one
+            # kept output at a time; the same inputs are drawn again rather than cloned.
             sample = self.source.inputs(-1)
-            sample_copy = [v.clone() if isinstance(v, torch.Tensor) else v for v in sample]
-            ref_out, t_ref = self._ref_call(ref_model, sample)
-            held = ref_out
-            other = self.source.inputs(-2)
+            held, _ = self._ref_call(ref_model, sample)
+            again = self.source.inputs(-1)
+            self.ref_mutates_inputs = any(
+                isinstance(a, torch.Tensor) and not torch.equal(a, b) for a, b in zip(sample, again, strict=False))
+            del sample
             ref_out, t_ref = self.memory.measured_call(
-                lambda m=ref_model, s=sample_copy: self._ref_call(m, s))  # second call: warm
-            facts = reference_alias_facts(held, ref_out, sample_copy)
-            self.degenerate = degenerate_reason(
-                lambda inputs, m=ref_model: m(*inputs), [sample_copy, other, self.source.inputs(-3)])
+                lambda m=ref_model, s=again: self._ref_call(m, s))  # second call: warm
+            facts = reference_alias_facts(held, ref_out, again)
+            del held, again
+            _check_ref_output(ref_out)
+            self.tuple_out = isinstance(ref_out, tuple | list)
+            self.out_struct = [(tuple(o.shape), o.dtype) for o in flatten_output(ref_out)]
+            del ref_out
+            self.degenerate = degenerate_reason(lambda inputs, m=ref_model: m(*inputs),
+                                                [lambda i=i: self.source.inputs(i) for i in (-1, -2, -3)])
         except Verdicted:
             raise
         except TaskTooLarge as err:
@@ -376,16 +384,10 @@ class Judge:
                 err, self.device, self.memory.footprint, "while the judge ran the reference")) from None
         except Exception:  # noqa: BLE001 - the task itself is broken: not the candidate's fault
             raise Verdicted(Verdict.INFRA_ERROR, "the task failed to run:\n" + traceback.format_exc()[-4000:]) from None
-        _check_ref_output(ref_out)
-        self.ref_mutates_inputs = any(
-            isinstance(a, torch.Tensor) and not torch.equal(a, b) for a, b in zip(sample, self.source.inputs(-1), strict=False)
-        )
         if self.degenerate:
             self.evidence.task_flags["degenerate"] = self.degenerate
         self.t_ref_est = t_ref
-        self.tuple_out = isinstance(ref_out, tuple | list)
-        self.out_struct = [(tuple(o.shape), o.dtype) for o in flatten_output(ref_out)]
-        del ref_model, held, ref_out, sample, sample_copy, other
+        del ref_model
         self.memory.release()
         in_bytes = _tensors_bytes(self.source.inputs(-1))
         out_bytes = sum(aligned(math.prod(s) * d.itemsize) for s, d in self.out_struct)
@@ -396,7 +398,7 @@ class Judge:
             self.rounds_per_batch = min(self.rounds_per_batch, cfg.num_correctness_inputs)
         where = shm_dir(tmp)
         try:
-            self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
+            self.rounds_per_batch = self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
             self.arenas = {
                 (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device), where)
                 for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))

@@ -1,9 +1,11 @@
 """Planning a task's device memory before an evaluation starts, against what the device has free.
 
-A full-size KernelBench task can need tens of GB: the judge holds a few input sets and reference
-outputs while it probes the task, shared input/output arenas for both workers, its own pristine
-copy of each round's inputs; each worker holds the model's weights, its intermediates and its
-output. When that cannot fit, the evaluation ends before anything large is allocated with a
+A full-size KernelBench task can need tens of GB: the judge holds up to two input sets and one
+reference output while it probes the task (``setup_bytes``); during the rounds, input/output
+arenas for both workers and its own copy of each round's inputs, and each worker holds the
+model's weights, its intermediates and its output, the candidate also its previous round's
+output (``rounds_bytes``). Where more rounds per batch would not fit, the batch is made smaller
+(``rounds_that_fit``), down to one round. When that cannot fit, the evaluation ends before anything large is allocated with a
 clear reason ("needs ~N GB, the device has M GB free") instead of an out-of-memory traceback.
 
 Two estimates, both from the task itself, never from the candidate:
@@ -37,13 +39,10 @@ log = logging.getLogger(__name__)
 GB = 1e9
 # A CUDA context plus torch's own workspaces, per process (the judge and two workers).
 CONTEXT_BYTES = 600 << 20
-SLACK = 1.10  # the allocator's rounding and fragmentation
+# Each worker's L2-flush buffer (2x the L2: 100 MB on an H100, 252 MB on a B200).
+FLUSH_BYTES = 256 << 20
+SLACK = 1.10  # the caching allocator's rounding and fragmentation (not applied to the arenas)
 PROCESSES = 3
-# While it probes the task, the judge holds this many input sets and reference outputs at once
-# (the first call's inputs and their copy, the probe's other draws; the first outputs kept alive
-# for the aliasing check and the degenerate-task probe's reference).
-SETUP_INPUT_SETS = 4
-SETUP_OUTPUTS = 3
 PREFIX = "task_too_large"
 
 
@@ -134,19 +133,44 @@ class MemoryPlan:
         return {**dataclasses.asdict(self), "need_bytes": self.need_bytes, "fits": self.fits}
 
 
-def plan(fp: Footprint, free_bytes: int, total_bytes: int, rounds_per_batch: int = 1) -> MemoryPlan:
-    """The two peaks of an evaluation of a task with footprint ``fp``.
+def setup_bytes(fp: Footprint) -> int:
+    """The judge's probe of the task at its peak (``Judge._evaluate``): the model's weights, then
+    either the first call's inputs, its output (kept for the aliasing check) and the same inputs
+    drawn again (the in-place check), or those inputs, the kept output and the second call's
+    peak; the degenerate-task probe afterwards holds one input set, one kept output and a call."""
+    return fp.weight_bytes + max(2 * fp.input_bytes + fp.output_bytes,
+                                 fp.input_bytes + fp.output_bytes + fp.call_peak_bytes)
 
-    Setup: the judge's model, ``SETUP_INPUT_SETS`` input sets, ``SETUP_OUTPUTS`` kept outputs and
-    one call's peak. Rounds: arenas for both workers' inputs and outputs plus the judge's pristine
-    inputs, per round of a batch; each worker's weights and one call's peak; a context per process.
-    """
-    setup = fp.weight_bytes + SETUP_INPUT_SETS * fp.input_bytes + SETUP_OUTPUTS * fp.output_bytes + fp.call_peak_bytes
-    arenas = rounds_per_batch * (3 * fp.input_bytes + 2 * fp.output_bytes)
-    workers = 2 * (fp.weight_bytes + fp.call_peak_bytes)
+
+def rounds_bytes(fp: Footprint, rounds_per_batch: int = 1) -> int:
+    """What the rounds hold, all at once, without the per-process contexts.
+
+    Exact-size arenas (their own segments): each worker's inputs and outputs, per round of a
+    batch. Through the caching allocators (times ``SLACK``): the judge's own copy of a batch's
+    inputs (which it draws on the device), the reference worker's weights and one call's peak, the
+    candidate worker's weights, one call's peak and the previous round's output, which it keeps
+    alive for the persistent-output check; each worker's L2-flush buffer."""
+    arenas = rounds_per_batch * 2 * (fp.input_bytes + fp.output_bytes)
+    judge = rounds_per_batch * fp.input_bytes
+    workers = 2 * (fp.weight_bytes + fp.call_peak_bytes) + fp.output_bytes
+    return arenas + int(SLACK * (judge + workers)) + 2 * FLUSH_BYTES
+
+
+def plan(fp: Footprint, free_bytes: int, total_bytes: int, rounds_per_batch: int = 1) -> MemoryPlan:
+    """The two peaks of an evaluation of a task with footprint ``fp`` (``setup_bytes``,
+    ``rounds_bytes``), each with a CUDA context per process."""
     contexts = PROCESSES * CONTEXT_BYTES
-    return MemoryPlan(fp, int(SLACK * setup) + contexts, int(SLACK * (arenas + workers)) + contexts,
+    return MemoryPlan(fp, int(SLACK * setup_bytes(fp)) + contexts, rounds_bytes(fp, rounds_per_batch) + contexts,
                       int(free_bytes), int(total_bytes))
+
+
+def rounds_that_fit(fp: Footprint, free_bytes: int, most: int) -> int:
+    """The most rounds per batch (at most ``most``, at least 1) whose memory fits ``free_bytes``:
+    a large task's rounds go one at a time rather than not at all."""
+    k = max(1, most)
+    while k > 1 and rounds_bytes(fp, k) + PROCESSES * CONTEXT_BYTES > free_bytes:
+        k //= 2
+    return k
 
 
 def device_memory(device: torch.device) -> tuple[int, int]:
@@ -211,19 +235,23 @@ class MemoryGate:
         if self.enabled:
             torch.cuda.empty_cache()
 
-    def before_rounds(self, input_bytes: int, output_bytes: int, rounds_per_batch: int) -> None:
+    def before_rounds(self, input_bytes: int, output_bytes: int, rounds_per_batch: int) -> int:
+        """Check the rounds' memory against what is free now; returns the rounds per batch to
+        use (``rounds_per_batch``, or fewer where more would not fit)."""
         if not self.enabled:
-            return
+            return rounds_per_batch
         fp = self.footprint or Footprint(input_bytes, 0, output_bytes, 2 * output_bytes)
         fp.input_bytes, fp.output_bytes = input_bytes, output_bytes
         self.footprint = fp
         free, total = device_memory(self.device)
         # The setup peak is over: only what the rounds need must fit now.
+        rounds_per_batch = rounds_that_fit(fp, free, rounds_per_batch)
         p = plan(fp, free, total, rounds_per_batch)
         p.setup_bytes = 0
         self.last = p
         if not p.fits:
             raise TaskTooLarge(p.reason(" (measured after probing the task)"))
+        return rounds_per_batch
 
     def evidence(self) -> dict[str, Any]:
         return self.last.to_dict() if self.last is not None else {}

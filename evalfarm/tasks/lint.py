@@ -33,22 +33,28 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def degenerate_reason(call: Callable[[list[Any]], Any], input_sets: Sequence[list[Any]]) -> str:
+InputSet = list[Any] | Callable[[], list[Any]]
+
+
+def degenerate_reason(call: Callable[[list[Any]], Any], input_sets: Sequence[InputSet]) -> str:
     """"" when the outputs differ across the input sets, else why the task is degenerate.
 
-    ``call(inputs)`` runs the reference; the input sets must be independent random draws. The
-    inputs are cloned before each call, so a reference that mutates its inputs does not see
-    another call's leftovers. Tasks without tensor inputs cannot be probed this way ("")."""
-    if len(input_sets) < 2 or not any(tensors_in(s) for s in input_sets):
+    ``call(inputs)`` runs the reference; the input sets must be independent random draws, each a
+    list of inputs or a function that draws one (then only one set exists at a time: a full-size
+    task's inputs can be GBs each). A given list is cloned before its call, so a reference that
+    mutates its inputs does not see another call's leftovers. Tasks without tensor inputs cannot
+    be probed this way ("")."""
+    if len(input_sets) < 2:
         return ""
-    # Only the first call's outputs are kept; each later call is compared as it comes (a full-size
-    # task's outputs can be GBs each).
+    # Only the first call's outputs are kept; each later call is compared as it comes.
     first: list[torch.Tensor] | None = None
     with torch.no_grad():
-        for inputs in input_sets:
-            cloned = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
-            outs = tensors_in(call(cloned))
-            del cloned
+        for given in input_sets:
+            inputs = given() if callable(given) else [v.clone() if isinstance(v, torch.Tensor) else v for v in given]
+            if not tensors_in(inputs):
+                return ""
+            outs = tensors_in(call(inputs))
+            del inputs
             if first is None:
                 first = [t.detach().clone() for t in outs]
                 continue
@@ -67,8 +73,9 @@ class TaskLint:
 
     The byte counts come from ``evalfarm.judge.memory_plan`` (one round's inputs, one output, the
     weights, one reference call's peak: measured on a GPU, estimated on CPU); ``need_bytes`` is
-    what a GPU evaluation needs, ``free_bytes`` what the device had free (GPU only), ``fits``
-    whether one evaluation fits there (None off a GPU)."""
+    what a GPU evaluation needs, ``free_bytes`` what the device had free before the lint allocated
+    anything (GPU only, or the ``memory`` given to ``lint_task``), ``fits`` whether one evaluation
+    fits there (None off a GPU without ``memory``)."""
 
     task: str
     profile: str
@@ -92,21 +99,41 @@ class TaskLint:
         return {**dataclasses.asdict(self), "ok": self.ok}
 
 
-def _memory_fields(fp: Any, dev: torch.device) -> dict[str, Any]:
-    from evalfarm.judge.memory_plan import device_memory, plan
+def _memory_fields(fp: Any, memory: tuple[int, int] | None) -> dict[str, Any]:
+    from evalfarm.judge.memory_plan import plan
 
-    free, total = device_memory(dev) if dev.type == "cuda" else (0, 0)
+    free, total = memory if memory is not None else (0, 0)
     p = plan(fp, free, total)
     return {"input_bytes": fp.input_bytes, "output_bytes": fp.output_bytes, "weight_bytes": fp.weight_bytes,
             "call_peak_bytes": fp.call_peak_bytes, "need_bytes": p.need_bytes,
-            "free_bytes": free if dev.type == "cuda" else None, "fits": p.fits if dev.type == "cuda" else None}
+            "free_bytes": free if memory is not None else None, "fits": p.fits if memory is not None else None}
 
 
-def lint_task(task: Any, device: str = "cpu", profile: str = "auto") -> TaskLint:
+def free_before_lint(device: torch.device) -> tuple[int, int] | None:
+    """(free, total) bytes of a CUDA device before the lint allocates anything: what an
+    evaluation's plan is checked against (memory cached by earlier lints in this process is
+    given back first). None off CUDA."""
+    if device.type != "cuda":
+        return None
+    import gc
+
+    from evalfarm.judge.memory_plan import device_memory
+
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return device_memory(device)
+
+
+def lint_task(task: Any, device: str = "cpu", profile: str = "auto",
+              memory: tuple[int, int] | None = None) -> TaskLint:
     """Load ``task`` (an ``evalfarm.tasks.format.Task``), plan its memory, build its Model and probe it.
 
-    On a GPU a task whose shape-based estimate does not fit the free memory is not run
-    (``fits`` False, ``error`` says by how much)."""
+    The plan is checked against ``memory`` = (free, total) bytes when given, else on a GPU against
+    what the device had free before this lint allocated anything (``free_before_lint``); off a GPU
+    without ``memory``, ``fits`` is None. On a GPU a task whose shape-based estimate does not fit
+    is not run (``fits`` False, ``error`` says by how much); nor is it anywhere else with a
+    ``memory`` it does not fit."""
     import time
     import traceback
 
@@ -116,49 +143,48 @@ def lint_task(task: Any, device: str = "cpu", profile: str = "auto") -> TaskLint
         measure_call_peak,
         meta_footprint,
         module_bytes,
+        plan,
     )
     from evalfarm.tasks.format import instantiate_task
 
     dev = torch.device(device)
     resolved = task.resolve_profile(profile, dev.type)
-    memory: dict[str, Any] = {}
+    if memory is None:
+        memory = free_before_lint(dev)
+    fields: dict[str, Any] = {}
     try:
         module = instantiate_task(task, resolved)
         source = InputSource(module, device)
         init = source.init_inputs()
         fp = meta_footprint(module, init)
         if fp is not None:
-            memory = _memory_fields(fp, dev)
-            if memory["fits"] is False:
-                from evalfarm.judge.memory_plan import plan
-
-                reason = plan(fp, memory["free_bytes"], memory["free_bytes"]).reason(" (estimated from shapes)")
-                return TaskLint(task.name, resolved, True, error=reason, **memory)
+            fields = _memory_fields(fp, memory)
+            if fields["fits"] is False:
+                reason = plan(fp, *memory).reason(" (estimated from shapes)")  # type: ignore[misc]
+                return TaskLint(task.name, resolved, True, error=reason, **fields)
         torch.manual_seed(source.weight_seed())
         model = module.Model(*init).to(dev)
-        sets = [source.inputs(i) for i in range(PROBES)]
         with torch.no_grad():
-            model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in sets[0]])  # warm
+            model(*source.inputs(0))  # warm
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
+            args = source.inputs(0)
+            in_b = sum(t.numel() * t.element_size() for t in tensors_in(args))
             t0 = time.perf_counter()
-            args = [v.clone() if isinstance(v, torch.Tensor) else v for v in sets[0]]
             if dev.type == "cuda":
                 out, peak = measure_call_peak(dev, lambda a=args: model(*a))
             else:
                 out, peak = model(*args), None
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
             ref_ms = (time.perf_counter() - t0) * 1e3
             if fp is None or peak is not None:
                 out_b = sum(t.numel() * t.element_size() for t in tensors_in(out))
-                in_b = sum(t.numel() * t.element_size() for t in tensors_in(sets[0]))
                 fp = Footprint(in_b, module_bytes(model), out_b, peak if peak is not None else 2 * out_b,
                                measured=peak is not None)
-                memory = _memory_fields(fp, dev)
+                fields = _memory_fields(fp, memory)
             del out, args
-        reason = degenerate_reason(lambda inputs: model(*inputs), sets)
+        reason = degenerate_reason(lambda inputs: model(*inputs),
+                                   [lambda i=i: source.inputs(i) for i in range(PROBES)])
     except Exception as err:  # noqa: BLE001 - a broken task is a lint result, not a crash
         tb = traceback.format_exc(limit=3)
-        return TaskLint(task.name, resolved, False, error=f"{type(err).__name__}: {err}\n{tb}"[-2000:], **memory)
-    return TaskLint(task.name, resolved, True, degenerate=reason, ref_ms=ref_ms, **memory)
+        return TaskLint(task.name, resolved, False, error=f"{type(err).__name__}: {err}\n{tb}"[-2000:], **fields)
+    return TaskLint(task.name, resolved, True, degenerate=reason, ref_ms=ref_ms, **fields)
