@@ -32,8 +32,8 @@ def _with_baseline(item: BatchItem, result: ScoreResult, baseline: ScoreResult |
 def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: str | None = None,
                  build_pool: Any = None, diagnostics: Callable[[BatchItem], Any] | None = None,
                  ) -> Callable[[list[BatchItem]], Iterator[dict[str, Any]]]:
-    """Score one sample at a time on ``config.device`` (one judge at a time per device);
-    ``diagnostics(item)`` gives each sample's evalfarm.judge.diagnose.Diagnostics (--profile ...)."""
+    """Score one sample at a time on ``config.device`` (one judge at a time per device), every
+    sample's extension built ahead in ``build_pool``'s parallel workers; ``diagnostics(item)`` gives each sample's evalfarm.judge.diagnose.Diagnostics (--profile ...)."""
     from evalfarm import scoring
 
     tasks: dict[str, Task | str] = {}
@@ -47,7 +47,21 @@ def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: 
                 tasks[spec] = f"unknown task {spec!r}: {err}"
         return tasks[spec]
 
+    def build_all_ahead(items: list[BatchItem]) -> int:
+        """Start every sample's extension build now, in the pool's parallel workers, so that the
+        judges (one at a time) find them built instead of each waiting for its own (scoring.build_ahead)."""
+        pool = build_pool if build_pool is not None else scoring.default_build_pool()
+        started = 0
+        for item in items:
+            task = task_for(item.task)
+            if not isinstance(task, str):
+                started += scoring.build_ahead(task, Candidate(source=item.source, name=item.sample_id), config, pool)
+        return started
+
     def score_all(items: list[BatchItem]) -> Iterator[dict[str, Any]]:
+        started = build_all_ahead(items)
+        if started:
+            log.info("building %d candidates' extensions ahead, in parallel", started)
         for item in items:
             task = task_for(item.task)
             if isinstance(task, str):

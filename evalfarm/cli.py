@@ -193,7 +193,8 @@ def run_batch_score(args: argparse.Namespace, fail_on: set[str]) -> int:
 
         config = _config_from(args)
         check_device(config.device)
-        pool = BuildPool(max_workers=1, cache_dir=Path(args.cache_dir) / "build")
+        # Builds run ahead, in parallel (half the cores: nvcc is itself multi-threaded at times).
+        pool = BuildPool(max_workers=max(1, (os.cpu_count() or 2) // 2), cache_dir=Path(args.cache_dir) / "build")
         score_all = local_scorer(config, lambda spec: resolve_task(spec, args.kernelbench_root), args.baseline, pool,
                                  _batch_diagnostics(*_diagnostics_root(args)))
         close = None

@@ -135,3 +135,28 @@ def test_cli_conventions(tmp_path):
     piped = subprocess.run(f"{sys.executable} -m evalfarm tasks --json | true", shell=True, env=env,
                            capture_output=True, text=True, timeout=120)
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+
+
+@pytest.mark.slow  # one C++ build on CPU (30-40 s on 2 cores)
+def test_local_batch_builds_every_extension_ahead(tmp_path):
+    """The first sample (no extension) is scored while the second sample's build already runs in the
+    pool: builds do not wait for their turn at the judge."""
+    from evalfarm.batch_score import local_scorer
+    from evalfarm.build import BuildPool
+    from evalfarm.config import ScoreConfig
+    from evalfarm.tasks.suite import resolve_task
+
+    items = [batch.BatchItem(task=str(DATA / "task_scale.py"), source=(DATA / f).read_text(), sample_id=sid)
+             for sid, f in (("plain", "cand_same.py"), ("built", "cand_compile_error.py"))]
+    pool = BuildPool(max_workers=2, cache_dir=tmp_path / "build")
+    try:
+        config = ScoreConfig(num_correctness_inputs=5, timing_budget_s=0.2, min_timed_rounds=7)
+        rows = local_scorer(config, resolve_task, None, pool)(items)
+        first = next(rows)
+        assert first["sample_id"] == "plain" and first["verdict"] == "OK", first
+        stats = pool.stats()
+        assert stats["builds"] + stats["in_flight"] == 1, stats  # the second sample's build, started ahead
+        second = next(rows)
+        assert second["verdict"] == "COMPILE_ERROR", second
+    finally:
+        pool.close()
