@@ -388,8 +388,8 @@ class Judge:
             self.evidence.task_flags["degenerate"] = self.degenerate
         self.t_ref_est = t_ref
         del ref_model
-        self.memory.release()
         in_bytes = _tensors_bytes(self.source.inputs(-1))
+        self.memory.release()  # after that draw too: the rounds are checked against what is free then
         out_bytes = sum(aligned(math.prod(s) * d.itemsize) for s, d in self.out_struct)
         budget = ARENA_BUDGET_BYTES["cuda" if self.device.type == "cuda" else "cpu"]
         per_round = 2 * (in_bytes + out_bytes)
