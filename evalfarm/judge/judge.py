@@ -43,7 +43,7 @@ from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
 from evalfarm.judge import diagnose, wire
-from evalfarm.judge.arena import Arena, aligned, shm_dir
+from evalfarm.judge.arena import Arena, aligned, new_arena_fd
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
 from evalfarm.judge.state import set_clean_state
@@ -113,6 +113,8 @@ class WorkerHandle:
         self.stderr_path = os.path.join(tmp, "worker.stderr")
         self._stderr = open(self.stderr_path, "wb")  # a file, so a chatty candidate never blocks on a pipe
         fd = child_sock.fileno()
+        # CPU arenas: unnamed memfds this worker alone inherits, sized once the judge knows how large.
+        self.arena_fds = {"in": new_arena_fd(), "out": new_arena_fd()} if not device.startswith("cuda") else {}
         extra = {}
         if "EVALFARM_WORKER_NETNS" in os.environ:  # "0" lets a deployment keep the host's network
             extra["EVALFARM_WORKER_NETNS"] = os.environ["EVALFARM_WORKER_NETNS"]
@@ -121,7 +123,7 @@ class WorkerHandle:
             extra["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(idx)
         self.proc = subprocess.Popen(
             [*sandbox.python_cmd("evalfarm.judge.worker"), str(fd)],
-            pass_fds=(fd,), cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
+            pass_fds=(fd, *self.arena_fds.values()), cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )
         child_sock.close()
@@ -165,6 +167,9 @@ class WorkerHandle:
         sandbox.kill_group(self.proc, grace_s=0.5)
         self.conn.close()
         self._stderr.close()
+        for arena_fd in self.arena_fds.values():
+            os.close(arena_fd)
+        self.arena_fds = {}
 
 
 def _visible(idx: str) -> str:
@@ -394,11 +399,11 @@ class Judge:
         self.rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
         if self.correctness_only:
             self.rounds_per_batch = min(self.rounds_per_batch, cfg.num_correctness_inputs)
-        where = shm_dir(tmp)
         try:
             self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
             self.arenas = {
-                (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device), where)
+                (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device),
+                                             (self.ref if role == REFERENCE else self.cand).arena_fds.pop(kind, None))
                 for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))
             }
         except TaskTooLarge as err:
