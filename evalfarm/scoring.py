@@ -4,7 +4,9 @@
 
 The calling process never initialises CUDA and never runs candidate code: the build
 runs in a sandboxed child of the build pool, the judge in a child of its own, and the
-candidate in a child of the judge. ``start`` returns a handle that can be waited on with
+candidate in a child of the judge. It does not analyse the source itself either: the static
+guards run in a bounded child process (``evalfarm.guards.bounded``), so a pathological source
+costs a daemon neither its event loop nor its memory. ``start`` returns a handle that can be waited on with
 a timeout or cancelled, which kills every process of the evaluation.
 """
 
@@ -22,7 +24,8 @@ from evalfarm import other_sizes, reverify, sandbox
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
-from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking, check_candidate_source
+from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking
+from evalfarm.guards.bounded import StaticAnalysisUnavailable, check_candidate_source
 from evalfarm.judge import wire
 from evalfarm.judge.diagnose import Diagnostics
 from evalfarm.result import Evidence, ScoreResult
@@ -134,6 +137,8 @@ class Evaluation:
             findings = check_candidate_source(self.candidate.source, policy, reference_source=self.task.source)
         except CandidateSyntaxError as err:
             return ScoreResult.failure(Verdict.COMPILE_ERROR, str(err))
+        except StaticAnalysisUnavailable as err:
+            return ScoreResult.failure(Verdict.INFRA_ERROR, str(err))
         phases["static_guards"] = time.monotonic() - t0
         # Static analysis testifies: every finding goes into the evidence; only a blocking one
         # (unsafe to run, or invisible at run time under the policy) decides the verdict alone.
@@ -254,7 +259,7 @@ def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: Bui
     try:
         findings = check_candidate_source(candidate.source, GuardPolicy.from_name(config.guard_policy),
                                           reference_source=task.source)
-    except CandidateSyntaxError:
+    except (CandidateSyntaxError, StaticAnalysisUnavailable):
         return False
     if blocking(findings) or "ModelNew" not in candidate.source:
         return False
