@@ -82,6 +82,7 @@ class Evaluation:
         self._lock = threading.Lock()
         self._judge: subprocess.Popen | None = None
         self._worker_pgids: list[int] = []  # the judge's reference and candidate workers
+        self._expected_extensions: dict[str, dict[str, str]] = {}  # key -> file hashes the pool installed
         self._thread = threading.Thread(target=self._run, name="evaluation", daemon=True)
         self._thread.start()
 
@@ -165,6 +166,7 @@ class Evaluation:
             return ScoreResult.failure(verdict, detail, evidence=Evidence(build=build_ev, phases_s=phases))
         if report.status == "error":
             build_ev["note"] = "build runner failed; the worker builds on a cache miss"
+        self._expected_extensions = report.expected_files()
         if self._cancelled:
             return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
         first = self._judge_run(arch, extra={"diagnostics": self.diagnostics.to_dict()})
@@ -227,7 +229,8 @@ class Evaluation:
             wire.send_json(conn, {
                 "config": cfg.to_dict(), "task_name": self.task.name, "task_source": self.task.source,
                 "size_profiles": self.task.size_profiles, "candidate_source": self.candidate.source,
-                "cache_dir": str(self.pool.cache_dir), "arch": arch, **(extra or {}),
+                "cache_dir": str(self.pool.cache_dir), "arch": arch,
+                "expected_extensions": self._expected_extensions, **(extra or {}),
             })
             deadline = time.monotonic() + _overall_timeout(cfg)
             while True:

@@ -299,6 +299,7 @@ class Judge:
                          size_profiles=request.get("size_profiles") or {})
         self.candidate_source = request["candidate_source"]
         self.cache_dir = request["cache_dir"]
+        self.expected_extensions = request.get("expected_extensions") or {}
         self.arch = request["arch"]
         self.report_pgid = report_pgid
         self.device = torch.device("cuda:0" if self.config.device == "cuda" else self.config.device)
@@ -445,6 +446,7 @@ class Judge:
         wire.send_pickle(self.cand.conn, {
             **common, "role": CANDIDATE, "candidate_source": self.candidate_source,
             "cache_dir": self.cache_dir, "arch": self.arch, **facts,
+            "expected_extensions": self.expected_extensions,
             "in_arena": self.arenas[CANDIDATE, "in"].handle(), "out_arena": self.arenas[CANDIDATE, "out"].handle(),
         })
         ready = self._recv(self.ref, cfg.load_timeout_s, "loading the reference")
