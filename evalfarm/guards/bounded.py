@@ -15,13 +15,15 @@ source (deep nesting, a 50 MB file, a huge string); the source gets a verdict wi
   :class:`StaticAnalysisUnavailable` (the farm's fault: INFRA_ERROR, never cached).
 
 A child that timed out or died is killed and replaced; healthy ones are reused across requests.
-Children die with the process that started them.
+A child exits when its channel closes (the process that started it ended); a request's CPU time
+is also capped in the child (``RLIMIT_CPU``), so an analysis nobody waits for cannot run on.
+(Not ``PR_SET_PDEATHSIG``: that fires when the *thread* that started the child ends, and children
+are started from short-lived evaluation threads.)
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import dataclasses
 import logging
 import os
@@ -117,7 +119,8 @@ class StaticCheckPool:
 
     def check(self, source: str, policy: GuardPolicy, reference_source: str | None = None) -> list[Finding]:
         """Findings for ``source``, as :func:`evalfarm.guards.analysis.check_candidate_source` gives them."""
-        request = {"op": "check", "policy": dataclasses.asdict(policy), "reference_source": reference_source}
+        request = {"op": "check", "policy": dataclasses.asdict(policy), "reference_source": reference_source,
+                   "timeout_s": self.timeout_s}
         with self._slots:
             child = self._take()
             healthy = False
@@ -169,8 +172,11 @@ class StaticCheckPool:
         with self._lock:
             if self._closed:
                 raise StaticAnalysisUnavailable("the static analysis pool is closed")
-            if self._idle:
-                return self._idle.pop()
+            while self._idle:
+                child = self._idle.pop()
+                if child.proc.poll() is None:
+                    return child
+                child.kill()
         return _Child(self.memory_bytes)
 
     def _give_back(self, child: _Child, healthy: bool) -> None:
@@ -213,7 +219,6 @@ def _serve(fd: int, memory_bytes: int) -> None:
 
     from evalfarm.guards.analysis import check_candidate_source as analyse
 
-    _die_with_parent()
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     conn = Connection(fd)
@@ -224,6 +229,7 @@ def _serve(fd: int, memory_bytes: int) -> None:
             source = conn.recv_bytes().decode("utf-8", "surrogatepass")  # from the trusted parent: no bound
         except (wire.PeerClosed, wire.ProtocolError, EOFError, OSError):
             return
+        _cpu_bound(2 * float(msg.get("timeout_s", DEFAULT_TIMEOUT_S)) + 5)
         try:
             findings = analyse(source, GuardPolicy(**msg["policy"]), msg.get("reference_source"))
             if len(findings) > MAX_FINDINGS:  # every blocking one, then the first others
@@ -243,11 +249,13 @@ def _serve(fd: int, memory_bytes: int) -> None:
         del msg, reply, source
 
 
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def _cpu_bound(seconds: float) -> None:
+    """Let this process use at most ``seconds`` more CPU time (SIGXCPU ends it past that): an
+    analysis whose parent gave up on it, or died, cannot run on."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(usage.ru_utime + usage.ru_stime + seconds) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def test_python_api_gives_a_compile_error_within_the_bound(monkeypatch):
     finally:
         p.close()
     assert r.verdict in (Verdict.COMPILE_ERROR, Verdict.INFRA_ERROR), (r.verdict, r.detail)
-    assert "static analysis" in r.detail and took < BOUND_S + 5, (r.detail, took)
+    assert "static analysis" in r.detail and took < BOUND_S + 15, (r.detail, took)  # + start-up on a busy host
     # Too deep to parse: the candidate's own structure check says so before any analysis.
     with pytest.raises(TaskFormatError, match="nested"):
         as_candidate(DEEP + "class ModelNew: pass\n")
