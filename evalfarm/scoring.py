@@ -4,7 +4,9 @@
 
 The calling process never initialises CUDA and never runs candidate code: the build
 runs in a sandboxed child of the build pool, the judge in a child of its own, and the
-candidate in a child of the judge. ``start`` returns a handle that can be waited on with
+candidate in a child of the judge. It does not analyse the source itself either: the static
+guards run in a bounded child process (``evalfarm.guards.bounded``), so a pathological source
+costs a daemon neither its event loop nor its memory. ``start`` returns a handle that can be waited on with
 a timeout or cancelled, which kills every process of the evaluation.
 """
 
@@ -22,7 +24,8 @@ from evalfarm import other_sizes, reverify, sandbox
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
-from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking, check_candidate_source
+from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking
+from evalfarm.guards.bounded import StaticAnalysisUnavailable, check_candidate_source
 from evalfarm.judge import wire
 from evalfarm.judge.diagnose import Diagnostics
 from evalfarm.result import Evidence, ScoreResult
@@ -79,6 +82,7 @@ class Evaluation:
         self._lock = threading.Lock()
         self._judge: subprocess.Popen | None = None
         self._worker_pgids: list[int] = []  # the judge's reference and candidate workers
+        self._expected_extensions: dict[str, dict[str, str]] = {}  # key -> file hashes the pool installed
         self._thread = threading.Thread(target=self._run, name="evaluation", daemon=True)
         self._thread.start()
 
@@ -134,6 +138,8 @@ class Evaluation:
             findings = check_candidate_source(self.candidate.source, policy, reference_source=self.task.source)
         except CandidateSyntaxError as err:
             return ScoreResult.failure(Verdict.COMPILE_ERROR, str(err))
+        except StaticAnalysisUnavailable as err:
+            return ScoreResult.failure(Verdict.INFRA_ERROR, str(err))
         phases["static_guards"] = time.monotonic() - t0
         # Static analysis testifies: every finding goes into the evidence; only a blocking one
         # (unsafe to run, or invisible at run time under the policy) decides the verdict alone.
@@ -160,6 +166,7 @@ class Evaluation:
             return ScoreResult.failure(verdict, detail, evidence=Evidence(build=build_ev, phases_s=phases))
         if report.status == "error":
             build_ev["note"] = "build runner failed; the worker builds on a cache miss"
+        self._expected_extensions = report.expected_files()
         if self._cancelled:
             return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
         first = self._judge_run(arch, extra={"diagnostics": self.diagnostics.to_dict()})
@@ -222,7 +229,8 @@ class Evaluation:
             wire.send_json(conn, {
                 "config": cfg.to_dict(), "task_name": self.task.name, "task_source": self.task.source,
                 "size_profiles": self.task.size_profiles, "candidate_source": self.candidate.source,
-                "cache_dir": str(self.pool.cache_dir), "arch": arch, **(extra or {}),
+                "cache_dir": str(self.pool.cache_dir), "arch": arch,
+                "expected_extensions": self._expected_extensions, **(extra or {}),
             })
             deadline = time.monotonic() + _overall_timeout(cfg)
             while True:
@@ -254,7 +262,7 @@ def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: Bui
     try:
         findings = check_candidate_source(candidate.source, GuardPolicy.from_name(config.guard_policy),
                                           reference_source=task.source)
-    except CandidateSyntaxError:
+    except (CandidateSyntaxError, StaticAnalysisUnavailable):
         return False
     if blocking(findings) or "ModelNew" not in candidate.source:
         return False

@@ -22,16 +22,18 @@ def test_key_covers_sources_flags_and_toolchain():
     assert k != extension_key(spec, {**tools, "torch": "2.11"})
 
 
-def test_commit_is_atomic_and_stale_dirs_are_swept(tmp_path):
+def test_install_is_atomic_and_stale_dirs_are_swept(tmp_path):
     cache = ExtensionCache(tmp_path)
     key = "ab" * 32
-    d = cache.new_build_dir(key)
+    d = tmp_path / "private"
+    d.mkdir()
     (d / "m.so").write_bytes(b"\x7fELF")
     (d / "lock").write_text("")  # a torch FileBaton lock must never reach the cache
     assert cache.lookup(key, "m") is None
-    entry = cache.commit(key, d, {"key": key})
+    entry, _ = cache.install(key, d, {"seconds": 0.0})
     assert cache.lookup(key, "m") == entry / "m.so" and not (entry / "lock").exists()
-    stale = cache.new_build_dir("cd" * 32)
+    stale = cache.tmp_root / "cd-left-by-a-killed-install"
+    stale.mkdir()
     (stale / "lock").write_text("")
     old = time.time() - 10 * 3600
     os.utime(stale, (old, old))
@@ -76,8 +78,8 @@ def test_killed_build_leaves_no_lock_that_blocks_the_next(tmp_path):
     )
     with BuildPool(cache_dir=tmp_path, timeout_s=3) as pool:
         assert pool.build(src, "cpu").status == "timeout"  # killed mid-compile
-    leftovers = list((tmp_path / "tmp").iterdir())
-    assert leftovers, "expected the killed build's private dir"
+    # The killed build compiled in its own private directory: nothing of it reached the cache.
+    assert not list((tmp_path / "ext").iterdir()) and not list((tmp_path / "tmp").iterdir())
     with BuildPool(cache_dir=tmp_path, timeout_s=300) as pool:
         r = pool.build(src, "cpu")
         assert r.status == "ok", r.log

@@ -2,9 +2,16 @@
 
 The key covers everything that changes the binary: the load_inline arguments (sources,
 functions, flags), the torch and CUDA versions, the Python ABI, the compiler and the
-target arch. A build happens in a private temporary directory that is renamed into
-place only when it succeeded, so a killed build never leaves a lock or a half-built
-entry that a later build would wait on or load.
+target arch.
+
+The cache is written only by trusted code (the build pool, in the daemon's or caller's process).
+Candidate code, in the build runner or the worker, builds in a private directory of its own and
+never writes here. The trusted side copies a finished build into a fresh staging directory,
+hashes every file, records the hashes in ``meta.json``, makes the files and directories
+read-only, and renames the staging directory into place under the content key: one atomic step,
+write-once (an entry that verifies is never replaced). ``lookup`` verifies an entry's hashes
+before handing it out; an entry that does not verify (tampered with) is not used: the build is
+redone in private, reinstalled by the trusted side, and the evidence says so.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -87,6 +95,53 @@ def extension_key(spec: dict[str, Any], tools: dict[str, str]) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+class CacheTampered(RuntimeError):
+    """A cache entry whose files do not match the hashes recorded when it was installed."""
+
+
+BUILD_JUNK = ("lock", ".ninja_lock", "meta.json")
+
+
+def hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every regular file under ``root`` (meta.json excluded).
+    Anything else (a symlink, a device, a fifo) is refused: a build holds plain files only."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                raise CacheTampered(f"{path} is not a plain file")
+            rel = str(path.relative_to(root))
+            if rel != "meta.json":
+                out[rel] = hash_file(path)
+    return out
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a directory tree, read-only entries included."""
+    def writable(func: Any, p: str, _exc: Any) -> None:
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    if path.exists():
+        shutil.rmtree(path, onerror=writable)
+
+
 class ExtensionCache:
     """``<root>/ext/<key[:2]>/<key>/`` holds a finished build: the .so, sources and meta.json."""
 
@@ -101,29 +156,80 @@ class ExtensionCache:
         return self.ext_root / key[:2] / key
 
     def lookup(self, key: str, name: str) -> Path | None:
-        d = self.entry_dir(key)
-        so = d / f"{name}.so"
-        return so if (d / "meta.json").is_file() and so.is_file() else None
-
-    def new_build_dir(self, key: str) -> Path:
-        d = self.tmp_root / f"{key[:16]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        d.mkdir(parents=True)
-        return d
-
-    def commit(self, key: str, build_dir: Path, meta: dict[str, Any]) -> Path:
-        """Move a finished build into place (atomic rename); a concurrent twin wins harmlessly."""
-        (build_dir / "meta.json").write_text(json.dumps(meta, indent=1))
-        for junk in ("lock", ".ninja_lock"):
-            (build_dir / junk).unlink(missing_ok=True)
-        target = self.entry_dir(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        """The entry's ``<name>.so`` if the entry exists and verifies; None otherwise (a tampered
+        entry included: ``verify`` says which)."""
+        so = self.entry_dir(key) / f"{name}.so"
+        if not so.is_file():
+            return None
         try:
-            os.rename(build_dir, target)
-        except OSError:
-            if not (target / "meta.json").is_file():
-                raise
-            shutil.rmtree(build_dir, ignore_errors=True)
-        return target
+            self.verify(key)
+        except CacheTampered:
+            return None
+        return so
+
+    def verify(self, key: str) -> dict[str, Any]:
+        """The entry's meta.json when every file matches the hashes recorded at install; raises
+        CacheTampered otherwise (FileNotFoundError when there is no entry)."""
+        d = self.entry_dir(key)
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError) as err:
+            raise CacheTampered(f"cache entry {key[:12]}: unreadable meta.json ({err})") from None
+        if not isinstance(meta, dict) or meta.get("key") != key or not isinstance(meta.get("files"), dict):
+            raise CacheTampered(f"cache entry {key[:12]}: meta.json does not describe this key")
+        if tree_hashes(d) != meta["files"]:
+            raise CacheTampered(f"cache entry {key[:12]}: its files do not match the hashes recorded at install")
+        return meta
+
+    def install(self, key: str, build_dir: Path, meta: dict[str, Any]) -> tuple[Path, str]:
+        """Trusted side: install a finished private build under ``key``; (entry, note).
+
+        The build's plain files are copied (never moved: whoever built them may still hold them)
+        into a fresh staging directory, hashed, made read-only, and renamed into place. An entry
+        already there that verifies is kept (write-once); one that does not is removed first, and
+        the note says so."""
+        stage = self.tmp_root / f"{key[:16]}-install-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            shutil.copytree(build_dir, stage, symlinks=True,
+                            ignore=lambda _d, names: [n for n in names if n in BUILD_JUNK])
+            files = tree_hashes(stage)  # refuses symlinks and special files from the build
+            (stage / "meta.json").write_text(json.dumps({**meta, "key": key, "files": files}, indent=1))
+            for dirpath, _dirs, filenames in os.walk(stage, topdown=False):
+                for name in filenames:
+                    os.chmod(os.path.join(dirpath, name), 0o444)
+                os.chmod(dirpath, 0o555)
+            target = self.entry_dir(key)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            note = ""
+            if target.exists():
+                try:
+                    self.verify(key)
+                    return target, ""  # write-once: a concurrent twin won
+                except (CacheTampered, FileNotFoundError) as err:
+                    note = f"{err}; replaced by a fresh build"
+                    aside = self.tmp_root / f"{key[:16]}-tampered-{uuid.uuid4().hex[:8]}"
+                    os.rename(target, aside)
+                    remove_tree(aside)
+            try:
+                os.rename(stage, target)
+            except OSError:
+                self.verify(key)  # a concurrent install got there first; it must verify
+            return target, note
+        finally:
+            remove_tree(stage)
+
+    def evict(self, key: str) -> None:
+        """Remove an entry (one that failed verification) so the next build reinstalls it."""
+        target = self.entry_dir(key)
+        if target.exists():
+            aside = self.tmp_root / f"{key[:16]}-evicted-{uuid.uuid4().hex[:8]}"
+            try:
+                os.rename(target, aside)
+            except OSError:
+                return
+            remove_tree(aside)
 
     def sweep_stale(self, max_age_s: float = STALE_TMP_SECONDS) -> int:
         """Remove temporary build dirs left by killed builds."""
@@ -132,7 +238,7 @@ class ExtensionCache:
         for d in self.tmp_root.iterdir():
             try:
                 if now - d.stat().st_mtime > max_age_s:
-                    shutil.rmtree(d, ignore_errors=True)
+                    remove_tree(d)
                     removed += 1
             except FileNotFoundError:
                 continue

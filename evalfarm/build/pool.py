@@ -1,8 +1,14 @@
 """A pool of CPU build processes, separate from evaluation slots.
 
-Each build is a fresh sandboxed child (``evalfarm.build.runner``) in its own process
-group, killed as a group when it runs past the timeout. Identical requests in flight are
-built once; the extension cache makes repeated ones free.
+A build is two kinds of fresh sandboxed child (``evalfarm.build.runner``), each in its own
+process group and network namespace, killed as a group when the build runs past the timeout:
+one runs the candidate's module to discover its ``load_inline`` calls; then, for each call with
+no verified cache entry, one compiles that call's specification (no candidate Python code runs
+there) in a private directory. This process (trusted) computes every content key itself, hashes
+each compiled result and installs it in the cache (``ExtensionCache.install``); no child writes
+the cache. The hashes it installed are kept and handed to the worker through the judge, so an
+entry changed afterwards is not loaded. Identical requests in flight are built once; the
+extension cache makes repeated ones free.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm import sandbox
-from evalfarm.build.cache import ExtensionCache
+from evalfarm.build.cache import CacheTampered, ExtensionCache, extension_key
 from evalfarm.build.hook import truncate, uses_inline_extensions
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,11 @@ class BuildReport:
     log: str = ""
     extensions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     deduped: bool = False
+    isolation: list[str] = dataclasses.field(default_factory=list)  # what the discovering child obtained
+
+    def expected_files(self) -> dict[str, dict[str, str]]:
+        """``{key: file hashes}`` as the pool installed or verified them (for the worker's loads)."""
+        return {str(e["key"]): e["files"] for e in self.extensions if isinstance(e.get("files"), dict)}
 
     @property
     def cache_hits(self) -> int:
@@ -60,6 +71,8 @@ class BuildPool:
         self._counts = {"builds": 0, "skipped": 0, "deduped": 0, "hits": 0, "misses": 0, "failures": 0}
         self._procs: set[subprocess.Popen] = set()
         self._closed = False
+        self._tools: dict[str, dict[str, dict[str, str]]] = {}  # arch -> {"False"|"True": toolchain}
+        self._installed: dict[str, dict[str, str]] = {}  # key -> file hashes, as this pool installed them
 
     @property
     def cache_dir(self) -> Path:
@@ -96,58 +109,112 @@ class BuildPool:
         with self._lock:
             self._in_flight.pop(key, None)
 
-    def _run(self, source: str, arch: str, timeout_s: float) -> BuildReport:
-        tmp = sandbox.make_private_tmp("evalfarm-build-")
-        result_path = os.path.join(tmp, "result.json")
+    def _child(self, request: dict[str, Any], tmp: str, arch: str, deadline: float) -> tuple[dict[str, Any] | None, str]:
+        """Run one runner child to completion (or the deadline); (its result, its output)."""
+        result_path = os.path.join(tmp, f"result-{len(os.listdir(tmp))}.json")
         extra = {"CUDA_VISIBLE_DEVICES": ""}
+        if "EVALFARM_WORKER_NETNS" in os.environ:
+            extra["EVALFARM_WORKER_NETNS"] = os.environ["EVALFARM_WORKER_NETNS"]
         if arch.startswith("sm_"):
             extra["TORCH_CUDA_ARCH_LIST"] = f"{arch[3:-1]}.{arch[-1]}"
-        request = {"source": source, "arch": arch, "cache_dir": str(self.cache.root),
-                   "result_path": result_path, "memory_bytes": 16 << 30}
-        start = time.monotonic()
-        proc = None
+        request = {**request, "arch": arch, "cache_dir": str(self.cache.root), "result_path": result_path,
+                   "memory_bytes": 16 << 30}
+        proc = subprocess.Popen(
+            sandbox.python_cmd("evalfarm.build.runner"),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
+        )
+        with self._lock:
+            self._procs.add(proc)
         try:
-            proc = subprocess.Popen(
-                sandbox.python_cmd("evalfarm.build.runner"),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
-            )
-            with self._lock:
-                self._procs.add(proc)
-            try:
-                output, _ = proc.communicate(json.dumps(request).encode(), timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                sandbox.kill_group(proc)
-                output = b""
-                return self._count(BuildReport(
-                    "timeout", time.monotonic() - start,
-                    f"build did not finish within {timeout_s:.0f} s; its process group was killed",
-                ))
-            text = truncate(output.decode("utf-8", "replace"))
-            try:
-                with open(result_path) as f:
-                    result = json.load(f)
-            except (OSError, ValueError):
-                return self._count(BuildReport(
-                    "error", time.monotonic() - start,
-                    f"build process exited with code {proc.returncode} without a result\n{text}",
-                ))
-            status = result.get("status")
-            if status not in ("ok", "compile_error"):
-                status = "error"
-            report = BuildReport(
-                status=status,
-                seconds=time.monotonic() - start,
-                log=truncate(result.get("log") or text),
-                extensions=[e for e in result.get("extensions", []) if isinstance(e, dict)],
-            )
-            return self._count(report)
+            output, _ = proc.communicate(json.dumps(request).encode(), timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise TimeoutError from None
         finally:
-            if proc is not None:
-                sandbox.kill_group(proc)
-                with self._lock:
-                    self._procs.discard(proc)
+            sandbox.kill_group(proc)  # nothing of the child outlives it, before its files are read
+            with self._lock:
+                self._procs.discard(proc)
+        text = truncate(output.decode("utf-8", "replace"))
+        try:
+            with open(result_path) as f:
+                result = json.load(f)
+            return (result if isinstance(result, dict) else None), text
+        except (OSError, ValueError):
+            return None, f"build process exited with code {proc.returncode} without a result\n{text}"
+
+    def _toolchain(self, arch: str, with_cuda: bool, tmp: str, deadline: float) -> dict[str, str]:
+        if arch not in self._tools:
+            result, text = self._child({"mode": "toolchain"}, tmp, arch, deadline)
+            if result is None or not isinstance(result.get("tools"), dict):
+                raise RuntimeError(f"cannot describe the toolchain: {text}")
+            self._tools[arch] = result["tools"]
+        return self._tools[arch][str(with_cuda)]
+
+    def _run(self, source: str, arch: str, timeout_s: float) -> BuildReport:
+        tmp = sandbox.make_private_tmp("evalfarm-build-")
+        start = time.monotonic()
+        deadline = start + timeout_s
+        try:
+            found, text = self._child({"mode": "discover", "source": source}, tmp, arch, deadline)
+            if found is None:
+                return self._count(BuildReport("error", time.monotonic() - start, text))
+            extensions = []
+            for ext in found.get("extensions", []):
+                if not isinstance(ext, dict) or not isinstance(ext.get("spec"), dict):
+                    continue
+                done = self._ensure(ext["spec"], arch, tmp, deadline)
+                if isinstance(done, BuildReport):
+                    done.seconds = time.monotonic() - start
+                    return self._count(done)
+                extensions.append(done)
+            return self._count(BuildReport("ok", time.monotonic() - start, truncate(text), extensions,
+                                           isolation=[str(x) for x in found.get("isolation", [])][:8]))
+        except TimeoutError:
+            return self._count(BuildReport(
+                "timeout", time.monotonic() - start,
+                f"build did not finish within {timeout_s:.0f} s; its process group was killed"))
+        finally:
             sandbox.wipe(tmp)
+
+    def _ensure(self, spec: dict[str, Any], arch: str, tmp: str, deadline: float) -> dict[str, Any] | BuildReport:
+        """The cache entry for one reported ``load_inline`` call, verified or freshly compiled and
+        installed here; a BuildReport when it does not compile."""
+        t0 = time.monotonic()
+        with_cuda = bool(spec.get("cuda_sources")) or bool(spec.get("with_cuda"))
+        key = extension_key(spec, self._toolchain(arch, with_cuda, tmp, deadline))  # never the child's word
+        name = str(spec.get("name", ""))
+        note = ""
+        try:
+            meta = self.cache.verify(key)
+            known = self._installed.get(key)
+            if known is None or known == meta["files"]:
+                self._installed[key] = meta["files"]
+                return {"name": name, "key": key, "cache_hit": True, "seconds": time.monotonic() - t0,
+                        "so_path": str(self.cache.entry_dir(key) / f"{name}.so"), "files": meta["files"]}
+            note = f"cache entry {key[:12]}: differs from what this pool installed"
+        except FileNotFoundError:
+            pass
+        except CacheTampered as err:
+            note = str(err)
+        if note:
+            log.warning("event=cache_entry_tampered key=%s detail=%r", key, note)
+            self.cache.evict(key)
+            note += "; rebuilt and reinstalled"
+        build_dir = os.path.join(tmp, "compile", key)
+        os.makedirs(build_dir)
+        result, text = self._child({"mode": "compile", "spec": spec, "build_dir": build_dir}, tmp, arch, deadline)
+        if result is None or result.get("status") not in ("ok", "compile_error"):
+            return BuildReport("error", 0.0, text)
+        if result["status"] == "compile_error":
+            return BuildReport("compile_error", 0.0, truncate(str(result.get("log") or text)))
+        entry, install_note = self.cache.install(key, Path(build_dir), {"spec": spec, "seconds": time.monotonic() - t0})
+        files = self.cache.verify(key)["files"]
+        self._installed[key] = files
+        out = {"name": name, "key": key, "cache_hit": False, "seconds": time.monotonic() - t0,
+               "so_path": str(entry / f"{name}.so"), "files": files}
+        if note or install_note:
+            out["note"] = note or install_note
+        return out
 
     def _count(self, report: BuildReport) -> BuildReport:
         with self._lock:

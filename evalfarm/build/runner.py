@@ -1,9 +1,16 @@
-"""Build runner: a sandboxed child that runs a candidate's module to build its extensions.
+"""Build runner: sandboxed children of the build pool, in one of three modes.
 
-Usage (internal): ``python -m evalfarm.build.runner < request.json``. Building needs the
-module's top-level code to run (sources may be computed), so this process is treated as
-untrusted: own session, resource limits, a private temp dir, no GPU visible. Errors in the
-module other than compile errors are ignored here; the candidate worker reports them.
+Usage (internal): ``python -m evalfarm.build.runner < request.json``.
+
+* ``discover`` (default): runs the candidate's module to find its ``load_inline`` calls (sources
+  may be computed). Candidate code runs here, so the process is untrusted: own session, resource
+  limits, a private temp dir, no GPU visible, and its own network namespace (as the worker has).
+  It compiles nothing and writes nothing outside its directory: a call with no verified cache
+  entry gets a stand-in module, and its spec is reported. Errors in the module are ignored here;
+  the candidate worker reports them.
+* ``compile``: compiles one reported spec into a private directory, running no candidate Python
+  code; the trusted pool hashes and installs the result (``ExtensionCache.install``).
+* ``toolchain``: prints the toolchain description the cache key covers (trusted; no candidate input).
 """
 
 from __future__ import annotations
@@ -15,24 +22,59 @@ import sys
 import traceback
 
 
-def main() -> None:
-    request = json.loads(sys.stdin.read())
-    from evalfarm.sandbox import Limits, apply_limits
+def _isolate(request: dict) -> list[str]:
+    from evalfarm.sandbox import Limits, apply_limits, isolate_process
 
+    notes = isolate_process(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0")
     apply_limits(Limits(memory_bytes=request.get("memory_bytes")))
+    return notes
+
+
+def discover(request: dict) -> dict:
     from evalfarm.build import hook
     from evalfarm.build.cache import ExtensionCache
     from evalfarm.tasks.format import exec_module
 
-    state = hook.install(ExtensionCache(request["cache_dir"]), request["arch"])
+    state = hook.install(ExtensionCache(request["cache_dir"]), request["arch"], discover=True)
     result: dict[str, object] = {"status": "ok"}
     try:
         exec_module(request["source"], "evalfarm_candidate_build", "candidate.py")
-    except hook.CompileError:
-        result = {"status": "compile_error", "log": state.compile_error}
-    except BaseException:  # noqa: BLE001 - any other failure is the worker's to report
+    except BaseException:  # noqa: BLE001 - any failure is the worker's to report
         result["module_error"] = hook.truncate(traceback.format_exc(), 4000)
     result["extensions"] = [dataclasses.asdict(b) for b in state.built]
+    return result
+
+
+def compile_spec(request: dict) -> dict:
+    from torch.utils.cpp_extension import load_inline
+
+    from evalfarm.build import hook
+
+    spec = request["spec"]
+    kwargs = {k: spec[k] for k in ("functions", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",
+                                   "extra_include_paths", "with_cuda", "is_python_module",
+                                   "with_pytorch_error_handling")}
+    if isinstance(kwargs["functions"], list) and kwargs["functions"] and isinstance(kwargs["functions"][0], list):
+        kwargs["functions"] = dict(kwargs["functions"])  # a {name: docstring} map, stored as sorted pairs
+    try:
+        load_inline(spec["name"], spec["cpp_sources"], spec["cuda_sources"] or None,
+                    build_directory=request["build_dir"], **kwargs)
+    except Exception as err:  # noqa: BLE001 - the compiler's message is the verdict's detail
+        return {"status": "compile_error", "log": hook.truncate(f"building extension {spec['name']!r} failed:\n{err}")}
+    return {"status": "ok"}
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    mode = request.get("mode", "discover")
+    if mode == "toolchain":
+        from evalfarm.build.cache import toolchain
+
+        result: dict = {"tools": {str(c): toolchain(c, request["arch"]) for c in (False, True)}}
+    else:
+        notes = _isolate(request)
+        result = discover(request) if mode == "discover" else compile_spec(request)
+        result["isolation"] = notes
     with open(request["result_path"], "w") as f:
         json.dump(result, f)
     sys.stdout.flush()

@@ -1,16 +1,23 @@
 """Shared memory between the judge and the worker: inputs go in, candidate outputs come back.
 
 One flat byte buffer per direction, allocated by the judge, mapped once by the worker
-(a shared file on CPU, a CUDA IPC handle on GPU). A *slot* is a typed, contiguous view at
+(an anonymous memfd on CPU, a CUDA IPC handle on GPU). A *slot* is a typed, contiguous view at
 an aligned offset; per-call messages carry only slot descriptions, so 1000 inputs cost no
 host-to-device copies and no per-tensor IPC.
+
+On CPU an arena has no name anywhere: it is a ``memfd_create`` file the judge creates before it
+starts the worker, passed to that worker alone as an inherited file descriptor (``pass_fds``).
+The judge sizes it later and seals its size (``F_SEAL_SHRINK | F_SEAL_GROW``), so the worker can
+neither truncate it under the judge's mapping nor grow it; the worker maps it and closes its
+descriptor before any task or candidate code runs. No other evaluation's process can find it in
+``/dev/shm`` or in its own ``/proc/self/fd``, and it is freed when the last process mapping it ends.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
-import uuid
 from typing import Any
 
 import torch
@@ -56,40 +63,73 @@ def aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+MEMFD_NAME = "evalfarm-arena"
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def new_arena_fd() -> int:
+    """An empty, unnamed shared-memory file for one arena (CPU); sized by ``Arena.allocate``."""
+    return os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+
+
+def _map(fd: int, nbytes: int) -> torch.Tensor:
+    """A shared mapping of a memfd that keeps no descriptor open (torch closes the one it opens;
+    Python's mmap would keep a duplicate for as long as the mapping lives)."""
+    return torch.from_file(f"/proc/self/fd/{fd}", shared=True, size=nbytes, dtype=torch.uint8)
+
+
 class Arena:
     """A byte buffer carved into slots by a bump allocator that the judge resets per batch."""
 
-    def __init__(self, buffer: torch.Tensor, path: str | None = None, pool: Any = None) -> None:
+    def __init__(self, buffer: torch.Tensor, fd: int | None = None, pool: Any = None, owns_fd: bool = False) -> None:
         self.buffer = buffer
         self._pool = pool  # the private CUDA memory pool that owns the buffer, kept alive with it
-        self.path = path
+        self.fd = fd  # the memfd's number (CPU), as the worker inherited it; open here only if owned
+        self._owns_fd = owns_fd
         self.capacity = buffer.numel()
         self._top = 0
 
     @classmethod
-    def allocate(cls, nbytes: int, device: str, shm_dir: str) -> Arena:
+    def allocate(cls, nbytes: int, device: str, fd: int | None = None) -> Arena:
+        """An arena of at least ``nbytes``. On CPU it lives in the memfd ``fd`` (from ``new_arena_fd``,
+        already inherited by the worker that will map it), which is sized, sealed, mapped and then
+        closed here: the judge keeps only the mapping, so no descriptor of it stays open in the judge
+        for another process to reopen through ``/proc``. With ``fd`` None a fresh memfd is made and
+        kept open (``close`` closes it)."""
         nbytes = max(aligned(nbytes), ALIGN)
         if device == "cpu":
-            path = os.path.join(shm_dir, f"evalfarm-arena-{uuid.uuid4().hex}")
-            with open(path, "wb") as f:
-                f.truncate(nbytes)
-            buf = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
-            return cls(buf, path)
-        return cls(*_private_cuda_buffer(nbytes, device))
+            owns = fd is None
+            if fd is None:
+                fd = new_arena_fd()
+            os.ftruncate(fd, nbytes)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            buf = _map(fd, nbytes)
+            if not owns:
+                os.close(fd)
+            return cls(buf, fd, owns_fd=owns)
+        buf, _, pool = _private_cuda_buffer(nbytes, device)
+        return cls(buf, pool=pool)
 
     def handle(self) -> dict[str, Any]:
-        """What the worker needs to map this arena (pickled; trusted direction)."""
-        if self.path is not None:
-            return {"kind": "file", "path": self.path, "nbytes": self.capacity}
+        """What the worker needs to map this arena (pickled; trusted direction). On CPU the worker
+        must have inherited ``fd`` (the same number in both processes, as ``pass_fds`` keeps it)."""
+        if self.fd is not None:
+            return {"kind": "memfd", "fd": self.fd, "nbytes": self.capacity}
         from torch.multiprocessing.reductions import reduce_tensor
 
         return {"kind": "cuda", "reduced": reduce_tensor(self.buffer), "nbytes": self.capacity}
 
     @classmethod
     def attach(cls, handle: dict[str, Any]) -> Arena:
-        if handle["kind"] == "file":
-            buf = torch.from_file(handle["path"], shared=True, size=handle["nbytes"], dtype=torch.uint8)
-            return cls(buf, handle["path"])
+        """Map an arena in the worker. A memfd's descriptor is closed once mapped: the mapping is all
+        the worker keeps, so its code cannot resize (sealed anyway) or hand on the file."""
+        if handle["kind"] == "memfd":
+            fd, nbytes = int(handle["fd"]), int(handle["nbytes"])
+            if os.fstat(fd).st_size != nbytes:
+                raise RuntimeError(f"arena descriptor {fd} holds {os.fstat(fd).st_size} bytes, expected {nbytes}")
+            buf = _map(fd, nbytes)
+            os.close(fd)
+            return cls(buf)
         rebuild, args = handle["reduced"]
         return cls(rebuild(*args))
 
@@ -111,11 +151,11 @@ class Arena:
         return raw.view(DTYPES[slot.dtype]).view(slot.shape)
 
     def close(self) -> None:
-        if self.path is not None:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+        """Close the memfd if this arena created it (the mapping goes with the last reference)."""
+        if self._owns_fd and self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+            self._owns_fd = False
 
 
 def _private_cuda_buffer(nbytes: int, device: str) -> tuple[torch.Tensor, None, Any]:
@@ -137,6 +177,3 @@ def _private_cuda_buffer(nbytes: int, device: str) -> tuple[torch.Tensor, None, 
         buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
     return buf, None, pool
 
-
-def shm_dir(fallback: str) -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else fallback

@@ -43,7 +43,7 @@ from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
 from evalfarm.judge import diagnose, wire
-from evalfarm.judge.arena import Arena, aligned, shm_dir
+from evalfarm.judge.arena import Arena, aligned, new_arena_fd
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
 from evalfarm.judge.state import set_clean_state
@@ -113,6 +113,8 @@ class WorkerHandle:
         self.stderr_path = os.path.join(tmp, "worker.stderr")
         self._stderr = open(self.stderr_path, "wb")  # a file, so a chatty candidate never blocks on a pipe
         fd = child_sock.fileno()
+        # CPU arenas: unnamed memfds this worker alone inherits, sized once the judge knows how large.
+        self.arena_fds = {"in": new_arena_fd(), "out": new_arena_fd()} if not device.startswith("cuda") else {}
         extra = {}
         if "EVALFARM_WORKER_NETNS" in os.environ:  # "0" lets a deployment keep the host's network
             extra["EVALFARM_WORKER_NETNS"] = os.environ["EVALFARM_WORKER_NETNS"]
@@ -121,7 +123,7 @@ class WorkerHandle:
             extra["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(idx)
         self.proc = subprocess.Popen(
             [*sandbox.python_cmd("evalfarm.judge.worker"), str(fd)],
-            pass_fds=(fd,), cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
+            pass_fds=(fd, *self.arena_fds.values()), cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )
         child_sock.close()
@@ -165,6 +167,9 @@ class WorkerHandle:
         sandbox.kill_group(self.proc, grace_s=0.5)
         self.conn.close()
         self._stderr.close()
+        for arena_fd in self.arena_fds.values():
+            os.close(arena_fd)
+        self.arena_fds = {}
 
 
 def _visible(idx: str) -> str:
@@ -294,6 +299,7 @@ class Judge:
                          size_profiles=request.get("size_profiles") or {})
         self.candidate_source = request["candidate_source"]
         self.cache_dir = request["cache_dir"]
+        self.expected_extensions = request.get("expected_extensions") or {}
         self.arch = request["arch"]
         self.report_pgid = report_pgid
         self.device = torch.device("cuda:0" if self.config.device == "cuda" else self.config.device)
@@ -396,11 +402,11 @@ class Judge:
         self.rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
         if self.correctness_only:
             self.rounds_per_batch = min(self.rounds_per_batch, cfg.num_correctness_inputs)
-        where = shm_dir(tmp)
         try:
             self.rounds_per_batch = self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
             self.arenas = {
-                (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device), where)
+                (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device),
+                                             (self.ref if role == REFERENCE else self.cand).arena_fds.pop(kind, None))
                 for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))
             }
         except TaskTooLarge as err:
@@ -442,6 +448,7 @@ class Judge:
         wire.send_pickle(self.cand.conn, {
             **common, "role": CANDIDATE, "candidate_source": self.candidate_source,
             "cache_dir": self.cache_dir, "arch": self.arch, **facts,
+            "expected_extensions": self.expected_extensions,
             "in_arena": self.arenas[CANDIDATE, "in"].handle(), "out_arena": self.arenas[CANDIDATE, "out"].handle(),
         })
         ready = self._recv(self.ref, cfg.load_timeout_s, "loading the reference")
@@ -518,7 +525,10 @@ class Judge:
             key, name = str(ext.get("key", "")), str(ext.get("name", ""))
             if len(key) != 64 or not key.isalnum() or not name.isidentifier():
                 raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed extension report")
-            so = cache.lookup(key, name)
+            so = cache.lookup(key, name)  # verified against its recorded hashes
+            private = os.path.join(self._tmp, CANDIDATE, "evalfarm-ext", key, f"{name}.so")
+            if so is None and os.path.isfile(private):
+                so = private  # built by the worker for itself (no verified cache entry)
             if so is None:
                 continue
             try:

@@ -219,7 +219,8 @@ class Worker:
         from evalfarm.tasks.format import exec_module
 
         torch = self.torch
-        ext_state = hook.install(ExtensionCache(init["cache_dir"]), init["arch"])
+        ext_state = hook.install(ExtensionCache(init["cache_dir"]), init["arch"],
+                                 expected=init.get("expected_extensions") or None)
         try:
             cand_mod = exec_module(init["candidate_source"], "evalfarm_candidate", "candidate.py")
             model_new = getattr(cand_mod, "ModelNew", None)
@@ -233,8 +234,8 @@ class Worker:
         except BaseException as err:  # noqa: BLE001 - a broken candidate is a verdict, not a crash
             kind = _error_kind(err)
             self.fail(kind if kind == "cuda_fault" else "load", traceback.format_exc())
-        return [{"name": b.name, "key": b.key, "cache_hit": b.cache_hit, "seconds": b.seconds}
-                for b in ext_state.built]
+        return [{"name": b.name, "key": b.key, "cache_hit": b.cache_hit, "seconds": b.seconds,
+                 **({"note": b.note} if b.note else {})} for b in ext_state.built]
 
     def _args(self, spec: list[list[Any]]) -> list[Any]:
         out = []
