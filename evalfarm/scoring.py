@@ -14,11 +14,12 @@ import logging
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 
-from evalfarm import other_sizes, reverify, sandbox
+from evalfarm import lifetime, other_sizes, reverify, sandbox
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
@@ -79,6 +80,9 @@ class Evaluation:
         self._lock = threading.Lock()
         self._judge: subprocess.Popen | None = None
         self._worker_pgids: list[int] = []  # the judge's reference and candidate workers
+        # Every file of the evaluation lives under this directory (and its /dev/shm twin); it is
+        # removed when the evaluation ends however it ends, or by a later sweep if this process dies.
+        self._run_dir: lifetime.RunDir | None = None
         self._thread = threading.Thread(target=self._run, name="evaluation", daemon=True)
         self._thread.start()
 
@@ -124,6 +128,8 @@ class Evaluation:
         finally:
             with self._lock:
                 self._kill()
+                if self._run_dir is not None:
+                    self._run_dir.close()
 
     def _score(self) -> ScoreResult:
         cfg = self.config
@@ -207,13 +213,15 @@ class Evaluation:
         cfg = config or self.config
         conn, child_sock = wire.channel_pair()
         fd = child_sock.fileno()
-        tmp = sandbox.make_private_tmp("evalfarm-judge-")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = sandbox.project_root() + os.pathsep + env.get("PYTHONPATH", "")
         try:
             with self._lock:
                 if self._cancelled:
                     return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
+                if self._run_dir is None:
+                    self._run_dir = lifetime.RunDir("eval")
+                tmp = tempfile.mkdtemp(prefix="judge-", dir=self._run_dir.path)
+                os.chmod(tmp, 0o711)
+                env = sandbox.judge_env(tmp, {**self._run_dir.env(), "EVALFARM_PARENT_PID": str(os.getpid())})
                 self._judge = subprocess.Popen(
                     [*sandbox.python_cmd("evalfarm.judge.judge"), str(fd)], pass_fds=(fd,), cwd=tmp, env=env,
                     start_new_session=True, stdin=subprocess.DEVNULL,
@@ -242,7 +250,6 @@ class Evaluation:
                     return ScoreResult.from_dict(msg["result"])
         finally:
             conn.close()
-            sandbox.wipe(tmp)
 
 
 def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool) -> bool:
