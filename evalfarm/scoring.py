@@ -237,7 +237,11 @@ class Evaluation:
                 try:
                     msg = wire.recv_json(conn, max(0.0, deadline - time.monotonic()))
                 except TimeoutError:
-                    return ScoreResult.failure(Verdict.INFRA_ERROR, "the judge did not answer in time")
+                    # The judge bounds every step it waits on; what is left to run past the whole
+                    # evaluation's wall budget is the candidate's own slowness: charged to it.
+                    return ScoreResult.failure(Verdict.TIMEOUT, (
+                        f"the evaluation ran past its wall budget of {_overall_timeout(cfg):.0f} s (load "
+                        "timeout + 4 x timing budget + 900 s)"))
                 except wire.PeerClosed:
                     code = self._judge.poll()
                     return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended (code {code})")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evalfarm.build import includes
 from evalfarm.build.cache import ExtensionCache, extension_key, extension_spec, toolchain
 
 MAX_LOG_CHARS = 16_000
@@ -81,6 +82,10 @@ def install(cache: ExtensionCache, arch: str) -> HookState:
             module = _import_so(name, hit)
             state.built.append(BuiltExtension(name, key, True, time.monotonic() - start, str(hit)))
             return module
+        refused = includes.refused_include(spec["cpp_sources"] + spec["cuda_sources"], str(cache.tmp_root / "build"))
+        if refused:
+            state.compile_error = f"building extension {name!r} refused: {refused}"
+            raise CompileError(state.compile_error)
         build_dir = cache.new_build_dir(key)
         call_kwargs = {k: v for k, v in kwargs.items() if k in accepted and k != "build_directory"}
         try:
@@ -88,7 +93,7 @@ def install(cache: ExtensionCache, arch: str) -> HookState:
                 name, cpp_sources, cuda_sources, build_directory=str(build_dir), **call_kwargs
             )
         except Exception as err:
-            state.compile_error = truncate(f"building extension {name!r} failed:\n{err}")
+            state.compile_error = truncate(includes.redact(f"building extension {name!r} failed:\n{err}", str(build_dir)))
             raise CompileError(state.compile_error) from None
         seconds = time.monotonic() - start
         entry = cache.commit(key, build_dir, {"spec": spec, "key": key, "seconds": seconds})

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalfarm import sandbox
+from evalfarm import lifetime, sandbox
 from evalfarm.build.cache import ExtensionCache
 from evalfarm.build.hook import truncate, uses_inline_extensions
 
@@ -97,7 +97,8 @@ class BuildPool:
             self._in_flight.pop(key, None)
 
     def _run(self, source: str, arch: str, timeout_s: float) -> BuildReport:
-        tmp = sandbox.make_private_tmp("evalfarm-build-")
+        run = lifetime.RunDir("build")  # removed below, or by the next daemon's sweep if this one dies
+        tmp = run.path
         result_path = os.path.join(tmp, "result.json")
         extra = {"CUDA_VISIBLE_DEVICES": ""}
         if arch.startswith("sm_"):
@@ -110,7 +111,7 @@ class BuildPool:
             proc = subprocess.Popen(
                 sandbox.python_cmd("evalfarm.build.runner"),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
+                cwd=tmp, env=sandbox.clean_env(tmp, {**extra, **run.env()}), start_new_session=True,
             )
             with self._lock:
                 self._procs.add(proc)
@@ -147,7 +148,7 @@ class BuildPool:
                 sandbox.kill_group(proc)
                 with self._lock:
                     self._procs.discard(proc)
-            sandbox.wipe(tmp)
+            run.close()
 
     def _count(self, report: BuildReport) -> BuildReport:
         with self._lock:

@@ -16,6 +16,13 @@ import traceback
 
 
 def main() -> None:
+    # Before anything else (one thread): the candidate's top-level code runs here, so no network,
+    # and every process it starts dies with this one (evalfarm.confine). Returns in a forked child
+    # when a PID namespace was had; stdin is still ours to read.
+    from evalfarm import confine
+
+    confine.die_with_parent()
+    confine.enter_namespaces(network=True, pid=os.environ.get(confine.PIDNS_ENV, "1") != "0")
     request = json.loads(sys.stdin.read())
     from evalfarm.sandbox import Limits, apply_limits
 
