@@ -121,15 +121,17 @@ class Evaluation:
 
     def _run(self) -> None:
         try:
-            self._finish(self._score())
+            result = self._score()
         except Exception as err:  # noqa: BLE001 - never leave a caller without a result
             log.exception("scoring failed")
-            self._finish(ScoreResult.failure(Verdict.INFRA_ERROR, f"scoring failed: {type(err).__name__}: {err}"))
+            result = ScoreResult.failure(Verdict.INFRA_ERROR, f"scoring failed: {type(err).__name__}: {err}")
         finally:
+            # Before the result is out: when a caller sees it, no process or file of it is left.
             with self._lock:
                 self._kill()
                 if self._run_dir is not None:
                     self._run_dir.close()
+        self._finish(result)
 
     def _score(self) -> ScoreResult:
         cfg = self.config
