@@ -26,7 +26,12 @@ from pathlib import Path
 # EVALFARM_WORKER_POISON is the operator's switch for the worker's free-memory poisoning
 # (evalfarm/judge/poison.py: "1" everywhere, "0" nowhere, unset = CUDA only; recorded in the evidence).
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "CXX", "CC", "LD_LIBRARY_PATH",
-             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "EVALFARM_WORKER_POISON")
+             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_DEVICE_ORDER", "EVALFARM_WORKER_POISON",
+             "EVALFARM_WORKER_NETNS", "EVALFARM_WORKER_PIDNS", "EVALFARM_SANDBOX_UID")
+# The judge keeps these too: which GPU the slot has, and the log level. Nothing else of the
+# daemon's environment (its token, credentials, the operator's shell) reaches the judge.
+_JUDGE_ENV_KEEP = (*_ENV_KEEP, "CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES_FOR_WORKER", "EVALFARM_LOG_LEVEL",
+                   "OMP_NUM_THREADS")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +130,22 @@ def clean_env(private_tmp: str, extra: dict[str, str] | None = None) -> dict[str
     return env
 
 
+def judge_env(private_tmp: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The judge's whole environment: an allow-list of the caller's, a private HOME, our PYTHONPATH."""
+    env = {k: os.environ[k] for k in _JUDGE_ENV_KEEP if k in os.environ}
+    env.update(HOME=private_tmp, TMPDIR=private_tmp, PYTHONPATH=project_root(), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONNOUSERSITE="1")
+    if extra:
+        env.update(extra)
+    return env
+
+
 def make_private_tmp(prefix: str) -> str:
-    return tempfile.mkdtemp(prefix=prefix)
+    """A fresh directory only its owner can list; others may traverse it (an unprivileged worker
+    reaches its own directory below it by path), and its random name is not guessable."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(path, 0o711)
+    return path
 
 
 def wipe(path: str) -> None:

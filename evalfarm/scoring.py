@@ -16,11 +16,12 @@ import logging
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 
-from evalfarm import other_sizes, reverify, sandbox
+from evalfarm import lifetime, other_sizes, reverify, sandbox
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
@@ -83,6 +84,9 @@ class Evaluation:
         self._judge: subprocess.Popen | None = None
         self._worker_pgids: list[int] = []  # the judge's reference and candidate workers
         self._expected_extensions: dict[str, dict[str, str]] = {}  # key -> file hashes the pool installed
+        # Every file of the evaluation lives under this directory (and its /dev/shm twin); it is
+        # removed when the evaluation ends however it ends, or by a later sweep if this process dies.
+        self._run_dir: lifetime.RunDir | None = None
         self._thread = threading.Thread(target=self._run, name="evaluation", daemon=True)
         self._thread.start()
 
@@ -121,13 +125,17 @@ class Evaluation:
 
     def _run(self) -> None:
         try:
-            self._finish(self._score())
+            result = self._score()
         except Exception as err:  # noqa: BLE001 - never leave a caller without a result
             log.exception("scoring failed")
-            self._finish(ScoreResult.failure(Verdict.INFRA_ERROR, f"scoring failed: {type(err).__name__}: {err}"))
+            result = ScoreResult.failure(Verdict.INFRA_ERROR, f"scoring failed: {type(err).__name__}: {err}")
         finally:
+            # Before the result is out: when a caller sees it, no process or file of it is left.
             with self._lock:
                 self._kill()
+                if self._run_dir is not None:
+                    self._run_dir.close()
+        self._finish(result)
 
     def _score(self) -> ScoreResult:
         cfg = self.config
@@ -214,13 +222,15 @@ class Evaluation:
         cfg = config or self.config
         conn, child_sock = wire.channel_pair()
         fd = child_sock.fileno()
-        tmp = sandbox.make_private_tmp("evalfarm-judge-")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = sandbox.project_root() + os.pathsep + env.get("PYTHONPATH", "")
         try:
             with self._lock:
                 if self._cancelled:
                     return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
+                if self._run_dir is None:
+                    self._run_dir = lifetime.RunDir("eval")
+                tmp = tempfile.mkdtemp(prefix="judge-", dir=self._run_dir.path)
+                os.chmod(tmp, 0o711)
+                env = sandbox.judge_env(tmp, {**self._run_dir.env(), "EVALFARM_PARENT_PID": str(os.getpid())})
                 self._judge = subprocess.Popen(
                     [*sandbox.python_cmd("evalfarm.judge.judge"), str(fd)], pass_fds=(fd,), cwd=tmp, env=env,
                     start_new_session=True, stdin=subprocess.DEVNULL,
@@ -237,7 +247,11 @@ class Evaluation:
                 try:
                     msg = wire.recv_json(conn, max(0.0, deadline - time.monotonic()))
                 except TimeoutError:
-                    return ScoreResult.failure(Verdict.INFRA_ERROR, "the judge did not answer in time")
+                    # The judge bounds every step it waits on; what is left to run past the whole
+                    # evaluation's wall budget is the candidate's own slowness: charged to it.
+                    return ScoreResult.failure(Verdict.TIMEOUT, (
+                        f"the evaluation ran past its wall budget of {_overall_timeout(cfg):.0f} s (load "
+                        "timeout + 4 x timing budget + 900 s)"))
                 except wire.PeerClosed:
                     code = self._judge.poll()
                     return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended (code {code})")
@@ -250,7 +264,6 @@ class Evaluation:
                     return ScoreResult.from_dict(msg["result"])
         finally:
             conn.close()
-            sandbox.wipe(tmp)
 
 
 def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool) -> bool:

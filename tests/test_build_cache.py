@@ -49,24 +49,26 @@ def test_candidates_without_extensions_skip_the_pool(tmp_path):
 
 
 def test_build_timeout_kills_the_whole_process_group(tmp_path):
-    pid_file = tmp_path / "child.pid"
+    # The child is found by a marker in its command line: inside the build runner's PID
+    # namespace its own pid means nothing on the host.
+    marker = f"evalfarm-build-child-{os.getpid()}-{time.monotonic_ns()}"
     src = (
         "import subprocess, time\nfrom torch.utils.cpp_extension import load_inline  # noqa\n"
-        f"p = subprocess.Popen(['sleep', '600'])\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        f"p = subprocess.Popen(['sh', '-c', 'sleep 600', {marker!r}])\n"
         "time.sleep(600)\n"
     )
     with BuildPool(cache_dir=tmp_path / "cache", timeout_s=8) as pool:
         t0 = time.monotonic()
         r = pool.build(src, "cpu")
         assert r.status == "timeout" and time.monotonic() - t0 < 30
-    pid = int(pid_file.read_text())
     time.sleep(0.5)
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().split()[2]
-        assert state == "Z", "the candidate's child survived the build timeout"
-    except FileNotFoundError:
-        pass  # gone: killed and reaped
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if marker.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+                assert state == "Z", "the candidate's child survived the build timeout"
+        except FileNotFoundError:
+            pass  # gone: killed and reaped
 
 
 @pytest.mark.slow

@@ -151,6 +151,12 @@ class ExtensionCache:
         self.tmp_root = self.root / "tmp"
         self.ext_root.mkdir(parents=True, exist_ok=True)
         self.tmp_root.mkdir(parents=True, exist_ok=True)
+        for d in (self.root, self.ext_root, self.tmp_root):  # readable, not writable, by a worker's own uid
+            try:
+                if d.stat().st_uid == os.geteuid() and d.stat().st_mode & 0o777 != 0o755:
+                    os.chmod(d, 0o755)
+            except OSError:
+                pass
 
     def entry_dir(self, key: str) -> Path:
         return self.ext_root / key[:2] / key

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evalfarm.build import includes
 from evalfarm.build.cache import (
     CacheTampered,
     ExtensionCache,
@@ -141,6 +142,10 @@ def install(cache: ExtensionCache, arch: str, private_root: str | Path | None = 
                 module = _import_so(name, hit)
                 state.built.append(BuiltExtension(name, key, True, time.monotonic() - start, str(hit), spec=spec))
                 return module
+        refused = includes.refused_include(spec["cpp_sources"] + spec["cuda_sources"], str(root / key))
+        if refused:
+            state.compile_error = f"building extension {name!r} refused: {refused}"
+            raise CompileError(state.compile_error)
         if discover:
             state.built.append(BuiltExtension(name, key, False, 0.0, "", spec=spec, note=note))
             return _NotBuilt(name)
@@ -153,7 +158,7 @@ def install(cache: ExtensionCache, arch: str, private_root: str | Path | None = 
                 name, cpp_sources, cuda_sources, build_directory=str(build_dir), **call_kwargs
             )
         except Exception as err:
-            state.compile_error = truncate(f"building extension {name!r} failed:\n{err}")
+            state.compile_error = truncate(includes.redact(f"building extension {name!r} failed:\n{err}", str(build_dir)))
             raise CompileError(state.compile_error) from None
         seconds = time.monotonic() - start
         for junk in ("lock", ".ninja_lock"):

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalfarm import sandbox
+from evalfarm import lifetime, sandbox
 from evalfarm.build.cache import CacheTampered, ExtensionCache, extension_key
 from evalfarm.build.hook import truncate, uses_inline_extensions
 
@@ -109,7 +109,8 @@ class BuildPool:
         with self._lock:
             self._in_flight.pop(key, None)
 
-    def _child(self, request: dict[str, Any], tmp: str, arch: str, deadline: float) -> tuple[dict[str, Any] | None, str]:
+    def _child(self, request: dict[str, Any], tmp: str, arch: str, deadline: float,
+               run_env: dict[str, str] | None = None) -> tuple[dict[str, Any] | None, str]:
         """Run one runner child to completion (or the deadline); (its result, its output)."""
         result_path = os.path.join(tmp, f"result-{len(os.listdir(tmp))}.json")
         extra = {"CUDA_VISIBLE_DEVICES": ""}
@@ -122,7 +123,7 @@ class BuildPool:
         proc = subprocess.Popen(
             sandbox.python_cmd("evalfarm.build.runner"),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
+            cwd=tmp, env=sandbox.clean_env(tmp, {**extra, **(run_env or {})}), start_new_session=True,
         )
         with self._lock:
             self._procs.add(proc)
@@ -151,11 +152,12 @@ class BuildPool:
         return self._tools[arch][str(with_cuda)]
 
     def _run(self, source: str, arch: str, timeout_s: float) -> BuildReport:
-        tmp = sandbox.make_private_tmp("evalfarm-build-")
+        run = lifetime.RunDir("build")  # removed below, or by the next daemon's sweep if this one dies
+        tmp = run.path
         start = time.monotonic()
         deadline = start + timeout_s
         try:
-            found, text = self._child({"mode": "discover", "source": source}, tmp, arch, deadline)
+            found, text = self._child({"mode": "discover", "source": source}, tmp, arch, deadline, run.env())
             if found is None:
                 return self._count(BuildReport("error", time.monotonic() - start, text))
             extensions = []
@@ -174,7 +176,7 @@ class BuildPool:
                 "timeout", time.monotonic() - start,
                 f"build did not finish within {timeout_s:.0f} s; its process group was killed"))
         finally:
-            sandbox.wipe(tmp)
+            run.close()
 
     def _ensure(self, spec: dict[str, Any], arch: str, tmp: str, deadline: float) -> dict[str, Any] | BuildReport:
         """The cache entry for one reported ``load_inline`` call, verified or freshly compiled and

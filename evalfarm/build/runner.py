@@ -23,9 +23,15 @@ import traceback
 
 
 def _isolate(request: dict) -> list[str]:
-    from evalfarm.sandbox import Limits, apply_limits, isolate_process
+    """Before anything else (one thread): candidate code may run here (``discover``), so no
+    network, and every process it starts dies with this one (evalfarm.confine). Returns in a
+    forked child when a PID namespace was had."""
+    from evalfarm import confine
+    from evalfarm.sandbox import Limits, apply_limits
 
-    notes = isolate_process(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0")
+    confine.die_with_parent()
+    notes = confine.enter_namespaces(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0",
+                                     pid=os.environ.get(confine.PIDNS_ENV, "1") != "0")
     apply_limits(Limits(memory_bytes=request.get("memory_bytes")))
     return notes
 
@@ -56,11 +62,17 @@ def compile_spec(request: dict) -> dict:
                                    "with_pytorch_error_handling")}
     if isinstance(kwargs["functions"], list) and kwargs["functions"] and isinstance(kwargs["functions"][0], list):
         kwargs["functions"] = dict(kwargs["functions"])  # a {name: docstring} map, stored as sorted pairs
+    from evalfarm.build import includes
+
+    refused = includes.refused_include(spec["cpp_sources"] + spec["cuda_sources"], request["build_dir"])
+    if refused:
+        return {"status": "compile_error", "log": f"building extension {spec['name']!r} refused: {refused}"}
     try:
         load_inline(spec["name"], spec["cpp_sources"], spec["cuda_sources"] or None,
                     build_directory=request["build_dir"], **kwargs)
     except Exception as err:  # noqa: BLE001 - the compiler's message is the verdict's detail
-        return {"status": "compile_error", "log": hook.truncate(f"building extension {spec['name']!r} failed:\n{err}")}
+        text = includes.redact(f"building extension {spec['name']!r} failed:\n{err}", request["build_dir"])
+        return {"status": "compile_error", "log": hook.truncate(text)}
     return {"status": "ok"}
 
 

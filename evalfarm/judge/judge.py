@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from evalfarm import sandbox
+from evalfarm import confine, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
@@ -336,6 +336,7 @@ class Judge:
                 w.close()
             for a in arenas:
                 a.close()
+            lifetime.kill_descendants()  # the judge is a child subreaper: orphans of the workers end up here
             sandbox.wipe(tmp)
 
     def _evaluate(self, tmp: str, arenas: list[Arena]) -> ScoreResult:
@@ -898,6 +899,10 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("EVALFARM_LOG_LEVEL", "WARNING"))
     from multiprocessing.connection import Connection
 
+    # Dies with its caller; not dumpable (no other uid reads its memory or environment); orphans
+    # of its workers are re-parented to it, to be killed when the evaluation ends.
+    confine.die_with_parent(int(os.environ.get("EVALFARM_PARENT_PID", os.getppid())))
+    hardening = confine.harden_trusted_process()
     conn = Connection(int(sys.argv[1]))
     request = wire.recv_json(conn, 60)
     try:
@@ -905,6 +910,7 @@ def main() -> None:
         result = judge.run()
     except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
         result = ScoreResult.failure(Verdict.INFRA_ERROR, "judge failed:\n" + traceback.format_exc()[-4000:])
+    result.evidence.isolation = [*result.evidence.isolation, *hardening]
     wire.send_json(conn, {"op": "result", "result": result.to_dict()})
     conn.close()
 

@@ -61,6 +61,22 @@ def _die_with_parent() -> None:
         pass
 
 
+def _drop_privileges(init: dict[str, Any]) -> list[str]:
+    """A root worker goes on as an unprivileged uid (evalfarm.confine); its own directory is
+    handed to it, the interpreter, the project and the extension cache stay reachable (read-only)."""
+    from evalfarm import confine
+
+    who = confine.target_identity()
+    if who is None:
+        return ["not running as root: no uid change" if os.geteuid() else "still root: uid change turned off"]
+    from evalfarm.sandbox import MAX_PROCESSES, limit_processes
+
+    needed = confine.needed_paths() + ([str(init["cache_dir"])] if init.get("cache_dir") else [])
+    notes = confine.drop_privileges(*who, writable=[os.getcwd()], needed=needed)
+    why = limit_processes()  # RLIMIT_NPROC binds now that the uid is not root
+    return [*notes, f"process limit {MAX_PROCESSES}" if not why else f"no process limit: {why}"]
+
+
 def _error_kind(err: BaseException) -> str:
     text = f"{type(err).__name__}: {err}"
     return "cuda_fault" if any(m in text for m in _CUDA_FAULT_MARKERS) else "runtime"
@@ -164,6 +180,10 @@ class Worker:
         torch.set_grad_enabled(False)
         self.in_arena = Arena.attach(init["in_arena"])
         self.out_arena = Arena.attach(init["out_arena"])
+        try:
+            self.isolation += _drop_privileges(init)  # the set-up that needs root is done
+        except OSError as err:
+            self.fail("infra", f"the worker could not drop its privileges: {err}")
         flush_bytes = int(init.get("flush_bytes", 0))
         self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
         self._quiet_limit_s: float | None = None
@@ -368,10 +388,14 @@ class Worker:
 def main() -> None:
     _die_with_parent()
     fd = int(sys.argv[1])
-    # First, while this process has a single thread (namespaces are per thread).
+    # First, while this process has a single thread (namespaces are per thread). With a PID
+    # namespace, the rest of main() runs in a forked process inside it (evalfarm.confine).
+    from evalfarm import confine
     from evalfarm.sandbox import isolate_process
 
-    isolation = isolate_process(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0")
+    isolation = confine.enter_namespaces(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0",
+                                         pid=os.environ.get(confine.PIDNS_ENV, "1") != "0")
+    isolation += isolate_process(network=False)
     worker = Worker(fd, isolation)
     worker.run()
 

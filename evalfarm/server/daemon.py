@@ -11,6 +11,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from evalfarm import lifetime
+from evalfarm.server import lenient
 from evalfarm.server.auth import BearerTokenInterceptor
 from evalfarm.server.cache import ResultCache
 from evalfarm.server.config import ServerConfig
@@ -19,7 +21,6 @@ from evalfarm.server.reload import CertFiles, TokenFile
 from evalfarm.server.service import Backend, FarmService, _version, default_backend
 from evalfarm.server.slot_health import SlotState
 from evalfarm.v1 import evalfarm_pb2 as pb
-from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class Daemon:
 
     async def start(self) -> int:
         cfg = self.config
+        lifetime.sweep()  # files of evaluations whose daemon died (their run locks are free)
         interceptors = []
         if cfg.authenticated:
             tokens: Any = self.tokens.tokens if self.tokens is not None else cfg.auth_token
@@ -107,7 +109,7 @@ class Daemon:
             ("grpc.max_send_message_length", 64 << 20),
         )
         server = grpc.aio.server(interceptors=interceptors, options=options)
-        pb_grpc.add_EvalFarmServicer_to_server(self.service, server)
+        lenient.add_servicer(self.service, server)  # undecodable bytes: INVALID_ARGUMENT, not UNKNOWN
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server

@@ -24,6 +24,7 @@ from evalfarm.result import ScoreResult
 from evalfarm.scoring import build_ahead
 from evalfarm.server.cache import ResultCache, cache_key
 from evalfarm.server.config import ServerConfig
+from evalfarm.server.lenient import MalformedRequest
 from evalfarm.server.metrics import FarmSample, Metrics, SlotLabels, SlotSample
 from evalfarm.server.slot_health import (
     PROBE_CONFIG,
@@ -478,6 +479,8 @@ class FarmService(pb_grpc.EvalFarmServicer):
             if self.draining:
                 self.metrics.rejected.labels("draining").inc()
                 raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
+            if isinstance(request, MalformedRequest):
+                raise RequestRejected(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             prep = await self._prepare(request, stream=False)
             return await self._score(prep, self._deadline(context))
         except RequestRejected as err:
@@ -520,6 +523,8 @@ class FarmService(pb_grpc.EvalFarmServicer):
             try:
                 async for req in request_iterator:
                     self.metrics.requests.labels("ScoreStream").inc()
+                    if isinstance(req, MalformedRequest):  # answer what came before, then refuse
+                        raise RequestRejected(grpc.StatusCode.INVALID_ARGUMENT, req.message)
                     pending += 1
                     task = asyncio.ensure_future(item(req))
                     items.add(task)
@@ -529,22 +534,30 @@ class FarmService(pb_grpc.EvalFarmServicer):
 
         reader = asyncio.ensure_future(read())
         reader_done = False
+        rejected: RequestRejected | None = None
         try:
             while not (reader_done and pending == 0 and out.empty()):
                 got = await out.get()
                 if got is end:
                     reader_done = True
+                    if reader.done() and not reader.cancelled() and isinstance(reader.exception(), RequestRejected):
+                        rejected = reader.exception()  # type: ignore[assignment]
+                        continue
                     if reader.done() and not reader.cancelled() and reader.exception() is not None:
                         log.info("event=stream_reader_ended error=%r", reader.exception())
                         break
                     continue
                 yield got
+            if rejected is not None:
+                await context.abort(rejected.code, rejected.message)
         finally:
             reader.cancel()
             for task in list(items):
                 task.cancel()
 
     async def Capacity(self, request: pb.CapacityRequest, context: grpc.aio.ServicerContext) -> pb.CapacityResponse:
+        if isinstance(request, MalformedRequest):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         return pb.CapacityResponse(
             slots=self.slots.slots,
             free_slots=self.slots.free,
