@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -46,3 +47,16 @@ def build_pool(tmp_path_factory: pytest.TempPathFactory):
     pool = BuildPool(max_workers=1, cache_dir=tmp_path_factory.mktemp("ext-cache"))
     yield pool
     pool.close()
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """pytest's ``tmp_path``, reachable by the farm's workers. Run as root, a worker drops to an
+    unprivileged uid (evalfarm.confine) and could not write files that a test's candidate uses
+    to report what it saw (pytest makes its directories 0700): the test directory is opened to
+    every user, and its two parents made traversable."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        for parent in list(tmp_path.parents)[:2]:
+            parent.chmod(parent.stat().st_mode | 0o711)
+        tmp_path.chmod(0o777)
+    return tmp_path
