@@ -5,8 +5,10 @@
 Every runtime attack under tests/adversarial/runtime (and, on a GPU, tests/adversarial/gpu) is
 scored against the task its test uses, with the options its test uses. An attack is *paid*
 when it comes back OK with a speedup above its ceiling: what the honest work it does would earn
-(1.0 for an attack that computes what the reference computes, plus a margin for timing noise:
-``--margin``, default 0.25 on CPU and 0.15 on a GPU). The last lines say, per static mode, how
+(1.0 for an attack that computes what the reference computes; where a task has an honest twin
+of its attacks' own computation, ``HONEST_TWINS``, the twin is scored first in the same sweep and
+its speedup is the ceiling when higher), plus a margin for timing noise (``--margin``, default
+0.25 on CPU and 0.15 on a GPU). The last lines say, per static mode, how
 many attacks were paid (the target is 0). Attacks whose effect lies outside the verdict (a file
 removed, a child left running) are checked by their tests, not here; this table is about reward.
 Exit status 1 when any attack is paid.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -48,6 +51,9 @@ class Attack:
 SCALE, TINY, ZERO, MATMUL, RELU = ("data/task_scale.py", "adversarial/runtime/task_tiny.py",
                                    "adversarial/runtime/task_zero_output.py",
                                    "adversarial/runtime/task_matmul_relu.py", "data/gpu/task_relu.py")
+# The honest computation inside a task's attacks, scored in the same sweep: an attack earns its
+# ceiling from it (e.g. on a GPU, three launches instead of the reference's five are faster).
+HONEST_TWINS = {SCALE: "runtime/honest_scale_rewrite.py"}
 ATTACKS = [
     Attack("runtime/cache_by_pointer.py", SCALE),
     Attack("runtime/read_ahead_arena.py", SCALE),
@@ -100,15 +106,24 @@ def _sweep(attacks: list[Attack], cfg: ScoreConfig, pool: BuildPool, static: str
     listener.listen(8)
     port = listener.getsockname()[1]
     Path(tmp, "victim").write_text("kept")
+    twins: dict[str, float] = {}
     try:
+        for task_file in sorted({a.task for a in attacks} & set(HONEST_TWINS)):
+            r = score(as_task(str(ROOT / "tests" / task_file)), as_candidate(str(ADV / HONEST_TWINS[task_file])),
+                      cfg, build_pool=pool)
+            if r.verdict is not Verdict.OK or r.speedup is None:
+                raise SystemExit(f"the honest twin {HONEST_TWINS[task_file]} came back {r.verdict.value}: {r.detail[:300]}")
+            twins[task_file] = r.speedup
+            print(f"{'(honest twin) ' + HONEST_TWINS[task_file]:58s} {r.verdict.value:15s} {r.speedup:>7.2f}", flush=True)
         for a in attacks:
             task = as_task(str(ROOT / "tests" / a.task))
             r = score(task, as_candidate(_source(a, tmp, port)), cfg.replace(**dict(a.options)), build_pool=pool)
-            paid = r.verdict is Verdict.OK and r.speedup is not None and r.speedup > a.ceiling + margin
+            ceiling = max(a.ceiling, twins.get(a.task, 0.0))
+            paid = r.verdict is Verdict.OK and r.speedup is not None and r.speedup > ceiling + margin
             variant = [n for _, n in a.replace if "WHEN" in n]
             name = a.file + (f" [{variant[0]}]" if variant else "")
             row = {"attack": name, "task": a.task, "static": static, "verdict": r.verdict.value,
-                   "speedup": r.speedup, "ceiling": a.ceiling, "paid": paid, "detail": (r.detail or "")[:600],
+                   "speedup": r.speedup, "ceiling": ceiling, "paid": paid, "detail": (r.detail or "")[:600],
                    "raw_speedup": r.evidence.timing.raw_speedup if r.evidence.timing else None}
             rows.append(row)
             sp = f"{r.speedup:.2f}" if r.speedup is not None else "-"
@@ -136,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     all_rows: list[dict[str, Any]] = []
     summaries = []
     with tempfile.TemporaryDirectory(prefix="attack-sweep-") as tmp:
+        os.chmod(tmp, 0o777)  # reachable by workers that drop to an unprivileged uid (run as root)
         pool = BuildPool(max_workers=2, cache_dir=str(Path(tmp, "cache")))
         try:
             for mode in modes:
