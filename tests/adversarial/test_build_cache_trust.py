@@ -9,9 +9,11 @@ candidate's module ran with the host's network; it now runs in its own network n
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -144,11 +146,17 @@ def test_a_candidate_cannot_move_its_build_into_another_candidates_key(data_dir,
     with BuildPool(cache_dir=tmp_path / "cache", timeout_s=600) as pool:
         first = score(task, as_candidate(VICTIM), cfg, build_pool=pool)
         assert first.verdict is Verdict.OK, (first.verdict, first.detail)
+        victim_files = sorted(Path(pool.cache_dir).glob("ext/*/*/evalfarm_t_victim.so"))
+        assert victim_files
+        before = [hashlib.sha256(p.read_bytes()).hexdigest() for p in victim_files]
         attacker = score(task, as_candidate(ATTACKER.format(cache=str(pool.cache_dir))), cfg, build_pool=pool)
         assert attacker.verdict is Verdict.OK, (attacker.verdict, attacker.detail)
+        tampered = [hashlib.sha256(p.read_bytes()).hexdigest() for p in victim_files] != before
         again = score(task, as_candidate(VICTIM), cfg, build_pool=pool)
     assert again.verdict is Verdict.OK, (again.verdict, again.detail)
     notes = [e.get("note", "") for e in again.evidence.build.get("extensions", [])]
     worker_notes = [e.get("note", "") for e in again.evidence.build.get("worker_extensions", [])]
-    # The pool found the victim's entry changed and reinstalled it (or the copy was refused).
-    assert any("rebuilt" in n for n in notes + worker_notes), (notes, worker_notes)
+    if tampered:  # the attacker could write the cache (candidates under the daemon's uid): detected
+        assert any("rebuilt" in n for n in notes + worker_notes), (notes, worker_notes)
+    else:  # prevented: as root, workers and the discovering build step run as an unprivileged uid
+        assert os.geteuid() == 0, "the attacker, under the daemon's own uid, should have been able to write the cache"
