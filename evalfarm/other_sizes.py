@@ -2,7 +2,9 @@
 
 A candidate that hard-codes the task's sizes (a grid computed for one batch size, a fixed
 stride) passes every correctness input at the sizes it is scored on and breaks on any other.
-Where a task declares other sizes (``SIZE_PROFILES``, docs/tasks.md), ``evalfarm.scoring`` runs
+Where a task declares other sizes (``SIZE_PROFILES``, docs/tasks.md), or, without them, has a
+module-level batch-size constant (``batch_size = 16``, as KernelBench tasks do: a size that
+changes only how many independent rows there are, so scaling it is safe), ``evalfarm.scoring`` runs
 a second, short, correctness-only evaluation at one other profile after an OK verdict (fresh
 judge and workers, its own secret seed, ``OTHER_SIZES_INPUTS`` correctness inputs, no timing)
 and reports it as ``evidence.other_sizes``:
@@ -17,6 +19,7 @@ not the candidate's (the task fails or does not fit at that size: INFRA_ERROR) i
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from typing import Any
 
@@ -27,6 +30,41 @@ from evalfarm.verdict import Verdict
 
 OTHER_SIZES_INPUTS = 5
 OK, FAILED, NOT_APPLICABLE = "ok", "failed", "not_applicable"
+# Module-level names taken as a batch size (the leading, independent dimension of the inputs).
+BATCH_NAMES = ("batch_size", "batch", "batch_sz", "bs")
+DERIVED_PROFILE = "scaled_batch"
+
+
+def batch_constant(source: str) -> tuple[str, int] | None:
+    """The task's module-level batch-size constant (name, value) assigned an int literal, or None."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    for node in tree.body:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        if (isinstance(target, ast.Name) and target.id in BATCH_NAMES and isinstance(value, ast.Constant)
+                and type(value.value) is int):
+            return target.id, value.value
+    return None
+
+
+def with_derived_profile(task: Task) -> Task:
+    """``task`` itself when it declares size profiles; else, where it has a batch-size constant of
+    at least 2, a copy with one derived profile (``DERIVED_PROFILE``) that sets it to half plus
+    one (16 -> 9: another size, odd, not a power of two, so a grid or stride computed for the
+    scored size shows)."""
+    if task.size_profiles:
+        return task
+    found = batch_constant(task.source)
+    if found is None or found[1] < 2:
+        return task
+    name, value = found
+    return dataclasses.replace(task, size_profiles={DERIVED_PROFILE: {name: value // 2 + 1}})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +103,8 @@ def check_config(config: ScoreConfig, profile: str) -> ScoreConfig:
 
 def not_applicable(task: Task, evaluated: str) -> OtherSizes:
     return OtherSizes(None, NOT_APPLICABLE, f"task {task.name} declares no size profile other than "
-                      f"{evaluated!r} (SIZE_PROFILES, docs/tasks.md)")
+                      f"{evaluated!r} (SIZE_PROFILES, docs/tasks.md) and has no module-level batch-size "
+                      f"constant ({', '.join(BATCH_NAMES)}) to scale")
 
 
 def from_result(profile: str, result: ScoreResult, seconds: float) -> OtherSizes:

@@ -201,7 +201,8 @@ class Evaluation:
         if not cfg.other_sizes_wanted or not result.ok or self._cancelled:
             return result
         evaluated = result.evidence.size_profile
-        profile = other_sizes.other_profile(self.task, evaluated)
+        task = other_sizes.with_derived_profile(self.task)
+        profile = other_sizes.other_profile(task, evaluated)
         if profile is None:
             return other_sizes.apply(result, other_sizes.not_applicable(self.task, evaluated), cfg.require_other_sizes)
         t0 = time.monotonic()
@@ -209,7 +210,7 @@ class Evaluation:
         if self.diagnostics.failing_input_dir:  # a failure there is saved too, in a folder of its own
             extra["diagnostics"] = Diagnostics(failing_input_dir=os.path.join(
                 self.diagnostics.failing_input_dir, f"other_sizes_{profile}")).to_dict()
-        second = self._judge_run(arch, other_sizes.check_config(cfg, profile), extra)
+        second = self._judge_run(arch, other_sizes.check_config(cfg, profile), extra, task=task)
         if self._cancelled:
             return second
         if "failing_input" in second.evidence.diagnostics:
@@ -218,8 +219,11 @@ class Evaluation:
         return other_sizes.apply(result, check, cfg.require_other_sizes)
 
     def _judge_run(self, arch: str, config: ScoreConfig | None = None,
-                   extra: dict[str, object] | None = None) -> ScoreResult:
+                   extra: dict[str, object] | None = None, task: Task | None = None) -> ScoreResult:
+        """One judge process over ``task`` (default: this evaluation's task; other_sizes passes a
+        copy with a derived size profile)."""
         cfg = config or self.config
+        task = task or self.task
         conn, child_sock = wire.channel_pair()
         fd = child_sock.fileno()
         try:
@@ -237,8 +241,8 @@ class Evaluation:
                 )
             child_sock.close()
             wire.send_json(conn, {
-                "config": cfg.to_dict(), "task_name": self.task.name, "task_source": self.task.source,
-                "size_profiles": self.task.size_profiles, "candidate_source": self.candidate.source,
+                "config": cfg.to_dict(), "task_name": task.name, "task_source": task.source,
+                "size_profiles": task.size_profiles, "candidate_source": self.candidate.source,
                 "cache_dir": str(self.pool.cache_dir), "arch": arch,
                 "expected_extensions": self._expected_extensions, **(extra or {}),
             })

@@ -76,3 +76,31 @@ def test_task_without_other_sizes_is_not_applicable(data_dir, build_pool):
 def test_off_by_default_in_the_library(task, data_dir, build_pool):
     r = _score(task, data_dir, "cand_sized_hardcoded.py", build_pool, check_other_sizes=False)
     assert r.verdict is Verdict.OK and r.evidence.other_sizes == {}
+
+
+def test_batch_constant_and_derived_profile(data_dir):
+    from evalfarm.other_sizes import DERIVED_PROFILE, batch_constant, with_derived_profile
+
+    assert batch_constant("import torch\nbatch_size = 16\ndim = 4\n") == ("batch_size", 16)
+    assert batch_constant("batch: int = 3\n") == ("batch", 3)
+    assert batch_constant("batch_size = True\n") is None  # a bool is not a size
+    assert batch_constant("def f():\n    batch_size = 4\n") is None  # module level only
+    assert batch_constant("batch_size = n * 2\n") is None  # an expression: not known safe to scale
+    kb = as_task(str(data_dir / "task_batch_const.py"))
+    derived = with_derived_profile(kb)
+    assert derived.size_profiles == {DERIVED_PROFILE: {"batch_size": 9}} and derived.sha256 == kb.sha256
+    assert other_profile(derived, "default") == DERIVED_PROFILE
+    sized = as_task(str(data_dir / "task_sized.py"))
+    assert with_derived_profile(sized) is sized  # declared profiles win
+    one = parse_task((data_dir / "task_batch_const.py").read_text().replace("batch_size = 16", "batch_size = 1"), "one")
+    assert with_derived_profile(one) is one
+
+
+def test_kernelbench_style_batch_constant_is_rechecked(data_dir, build_pool):
+    task = as_task(str(data_dir / "task_batch_const.py"))
+    bad = score(task, as_candidate(str(data_dir / "cand_batch_hardcoded.py")), QUICK, build_pool=build_pool)
+    assert bad.verdict is Verdict.OK, bad.detail
+    other = bad.evidence.other_sizes
+    assert other["profile"] == "scaled_batch" and other["status"] == "failed", other
+    good = score(task, as_candidate(str(data_dir / "cand_sized_honest.py")), QUICK, build_pool=build_pool)
+    assert good.verdict is Verdict.OK and good.evidence.other_sizes["status"] == "ok", good.evidence.other_sizes
