@@ -67,7 +67,12 @@ def test_filesystem_removing_a_file_outside_its_directory(task, build_pool, monk
 
 
 def test_process_abuse_a_child_that_outlives_the_verdict(task, build_pool, monkeypatch, tmp_path):
-    # Unsafe to run: a detached child keeps running after the evaluation ends.
+    # Unsafe to run: a detached child (its own session) escapes the stop of the candidate's
+    # process group, so it runs while the reference is timed. The runtime now ends it with the
+    # evaluation (the judge is a child subreaper and kills every descendant; as root the worker's
+    # PID namespace goes too), so it no longer outlives the verdict; while the evaluation runs,
+    # without a PID namespace, it can still reach the reference worker's process: the static rule
+    # keeps blocking (docs/security.md).
     marker = tmp_path / "child-was-here"
     child = f"import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).write_text('x')"
     extra = f"\nimport subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True)\n"
@@ -79,4 +84,4 @@ def test_process_abuse_a_child_that_outlives_the_verdict(task, build_pool, monke
         off = score_attack(task, src, build_pool, QUICK)
     assert off.verdict is Verdict.OK, (off.verdict, off.detail)
     subprocess.run([sys.executable, "-c", "import time; time.sleep(5)"], check=True)
-    assert marker.exists(), "the runtime alone let a child of the candidate outlive its verdict"
+    assert not marker.exists(), "a child of the candidate outlived its evaluation"
