@@ -123,3 +123,21 @@ def test_profile_on_a_gpu_has_kernels_and_an_ncu_report_or_a_note(tmp_path):
         assert summary["ncu"] and Path(summary["ncu"]).exists() or summary["ncu_note"], summary
     else:
         assert summary["ncu"] is None and "ncu is not on PATH" in summary["ncu_note"]
+
+
+def test_failing_input_for_an_output_of_the_wrong_shape(data_dir, build_pool, tmp_path):
+    out = tmp_path / "failing"
+    short = (data_dir / "cand_same.py").read_text().replace(
+        "return y + 0.0", "return (y + 0.0)[:-1]")
+    assert short != (data_dir / "cand_same.py").read_text()
+    r = score(as_task(str(data_dir / "task_scale.py")), as_candidate(short), QUICK,
+              build_pool=build_pool, diagnostics=Diagnostics(failing_input_dir=str(out)))
+    assert r.verdict is Verdict.INCORRECT and "shape" in r.detail, (r.verdict, r.detail)
+    meta = json.loads((out / "failing_input.json").read_text())
+    assert meta["reason"].startswith("structure: ") and "shape" in meta["reason"]
+    assert meta["correctness_round"] == 1
+    (x,) = torch.load(out / "inputs.pt")
+    assert x.shape == (8192,)
+    assert torch.load(out / "candidate_output.pt") == []  # the worker refused it: never sent to the judge
+    ref = torch.load(out / "reference_output.pt")  # saved when the reference ran first in that round
+    assert (ref == [] and "had not run yet" in meta["reason"]) or [t.shape for t in ref] == [(8192,)], ref

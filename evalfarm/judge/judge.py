@@ -508,6 +508,17 @@ class Judge:
         except (OSError, RuntimeError) as err:
             self.evidence.diagnostics["failing_input"] = {"note": f"could not write the failing input: {err}"}
 
+    def _save_structure_failure(self, plan: RoundPlan, detail: str) -> None:
+        """--save-failing-input for an output of the wrong type, shape, dtype or device: the round's
+        inputs and, when the reference already ran in this round, its output; the candidate's output
+        never reached the judge (the worker refused it), so that file holds an empty list."""
+        ref_out: list[Any] = []
+        if plan.first == REFERENCE and plan.calls[REFERENCE].out_slots:
+            arena = self.arenas[REFERENCE, "out"]
+            ref_out = [arena.view(s) for s in plan.calls[REFERENCE].out_slots]
+        self._save_failing(plan, f"structure: {detail}" + ("" if ref_out else " (the reference had not run yet in "
+                           "this round: its output is not saved)"), ref_out, [])
+
     def _check_symbols(self, extensions: Any) -> None:
         """Static check of every extension the worker loaded, read from the cache (not the worker).
 
@@ -635,6 +646,8 @@ class Judge:
         finally:
             self._stop(role)
         if res.get("op") != "round":
+            if role == CANDIDATE and res.get("kind") == "structure" and plan.r < self.config.num_correctness_inputs:
+                self._save_structure_failure(plan, str(res.get("detail", ""))[:2000])
             self._raise_worker_error(res, worker)
         if _int(res, "r") != plan.r or _int(res, "t") <= 0 or _int(res, "pre") < 0:
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: round results do not match the rounds sent")
