@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo farm-demo test test-long test-fast lint bench protos gpu-check clean
+.PHONY: setup demo farm-demo test test-long test-fast lint bench bench-daemon protos gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ lint: $(STAMP)
 DEVICE ?= cpu
 bench: $(STAMP)
 	$(PY) -m evalfarm.bench --device $(DEVICE)
+
+# A stream of candidates through a real local daemon (docs/benchmarks.md, "Daemon benchmark").
+bench-daemon: $(STAMP)
+	$(PY) -m evalfarm.bench_daemon --device $(DEVICE) --out bench-daemon
 
 protos: $(STAMP)
 	bash scripts/gen_protos.sh

@@ -1,0 +1,41 @@
+"""The daemon benchmark's stream and summary (the run itself: `make bench-daemon`, a long test)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evalfarm.bench_daemon import Sampler, build_stream, main, markdown, summarise
+
+
+def test_stream_takes_group_per_task_and_every_source_is_unique():
+    stream = build_stream("cpu", 10, 4)
+    assert len(stream) == 10
+    tasks = [it.task for it in stream]
+    assert tasks[:4] == [tasks[0]] * 4 and tasks[4] != tasks[0]  # G in a row, then the next task
+    assert len({it.source for it in stream}) == 10  # no result-cache hits
+    assert {"fast", "wrong", "identical"} <= {it.kind for it in stream}
+    assert all("class ModelNew" in it.source for it in stream)
+
+
+def test_summary_counts_and_percentiles():
+    rows = [{"latency_s": float(i), "phases_s": {"judge_setup": 1.0, "timing": 0.5, "total": 2.0 + i},
+             "verdict": "OK" if i % 2 else "INCORRECT", "build_s": 0.0} for i in range(1, 11)]
+    sampler = Sampler.__new__(Sampler)
+    sampler.queue, sampler.util = [(0.0, 3, 1), (1.0, 7, 1)], []
+    s = summarise(rows, 60.0, sampler, [{"task": "L1/1", "variant": "v", "speedups": [2.0, 2.2], "cv": 0.0476}], "cpu")
+    assert s["candidates_per_minute"] == 10.0 and s["latency_s_median"] in (5.0, 6.0) and s["latency_s_p95"] == 10.0
+    assert s["evaluation_s_median"] in (7.0, 8.0) and s["phase_s_median"]["timing"] == 0.5
+    assert s["verdicts"] == {"OK": 5, "INCORRECT": 5} and s["queue_depth_max"] == 7 and s["gpu_busy_fraction"] is None
+    text = markdown(s)
+    assert "| 10.00 |" in text and "4.76%" in text
+
+
+@pytest.mark.long
+def test_a_short_run_through_a_real_daemon(tmp_path):
+    assert main(["--device", "cpu", "--candidates", "4", "--group", "2", "--rescore", "1", "--repeats", "2",
+                 "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench_daemon.json").read_text())
+    assert data["summary"]["candidates"] == 4 and len(data["rows"]) == 4
+    assert sum(data["summary"]["verdicts"].values()) == 4 and len(data["summary"]["reward_cv"]) == 1
