@@ -157,14 +157,23 @@ def _pct(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def run_stream(client: Any, stream: list[StreamItem], options: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
+class Interrupted(Exception):
+    """SIGTERM (e.g. from `timeout`): stop and report what finished."""
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    raise Interrupted
+
+
+def run_stream(client: Any, stream: list[StreamItem], options: dict[str, Any], timeout_s: float,
+               rows: list[dict[str, Any]]) -> None:
+    """Submit the stream and append one row per result to ``rows`` as results arrive."""
     from tqdm import tqdm
 
     sent: dict[str, tuple[StreamItem, float]] = {}
     for i, it in enumerate(stream):
         sid = client.submit(it.task, it.source, f"bench-{i}", options=options)
         sent[sid] = (it, time.monotonic())
-    rows = []
     with tqdm(total=len(stream), desc="candidates", unit="cand") as bar:
         for res in client.results(timeout=timeout_s):
             it, t_sent = sent[res.sample_id]
@@ -178,7 +187,6 @@ def run_stream(client: Any, stream: list[StreamItem], options: dict[str, Any], t
                 "done_at": time.monotonic(),
             })
             bar.update(1)
-    return rows
 
 
 def reward_cv(client: Any, stream: list[StreamItem], count: int, repeats: int, options: dict[str, Any],
@@ -236,7 +244,8 @@ def markdown(s: dict[str, Any]) -> str:
     def f(x: Any, fmt: str = ".2f") -> str:
         return "-" if x is None else format(x, fmt)
 
-    lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s)", "",
+    cut = ", interrupted: the candidates that finished" if s.get("interrupted") else ""
+    lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s{cut})", "",
              "| candidates/min | latency median s | latency p95 s | evaluation median s | evaluation p95 s | "
              "GPU busy | queue depth max |", "|---|---|---|---|---|---|---|",
              f"| {f(s['candidates_per_minute'])} | {f(s['latency_s_median'])} | {f(s['latency_s_p95'])} | "
@@ -278,25 +287,37 @@ def main(argv: list[str] | None = None) -> int:
     stream = build_stream("cuda" if gpu else "cpu", args.candidates, args.group)
     args.out.mkdir(parents=True, exist_ok=True)
     daemon = None
+    rows: list[dict[str, Any]] = []
+    cv: list[dict[str, Any]] = []
+    interrupted = False
+    signal.signal(signal.SIGTERM, _on_term)
     with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp:
         try:
             if not args.endpoint:
                 daemon = OwnedDaemon(args.device, os.path.join(tmp, "cache"), args.out / "daemon.log")
             client = FarmClient([args.endpoint or daemon.endpoint], default_deadline_s=args.timeout)
+            sampler = Sampler(client, args.sample_every, gpu)
+            t0 = time.monotonic()
+            wall = 0.0
             try:
-                sampler = Sampler(client, args.sample_every, gpu)
                 sampler.start()
-                t0 = time.monotonic()
-                rows = run_stream(client, stream, options, args.timeout)
+                run_stream(client, stream, options, args.timeout, rows)
                 wall = time.monotonic() - t0
                 sampler.stop()
-                cv = reward_cv(client, stream, args.rescore, args.repeats, options, args.timeout) if args.rescore else []
+                if args.rescore:
+                    cv = reward_cv(client, stream, args.rescore, args.repeats, options, args.timeout)
+            except (Interrupted, KeyboardInterrupt):
+                interrupted = True
+                wall = wall or time.monotonic() - t0
+                log.warning("interrupted: reporting the %d candidate(s) that finished", len(rows))
             finally:
-                client.close()
+                sampler.stop()
+                client.close(timeout=5.0)
         finally:
             if daemon is not None:
                 daemon.stop()
     summary = summarise(rows, wall, sampler, cv, args.device)
+    summary["interrupted"] = interrupted
     (args.out / "bench_daemon.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     text = markdown(summary)
     (args.out / "bench_daemon.md").write_text(text)
