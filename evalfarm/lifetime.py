@@ -1,10 +1,10 @@
 """Nothing of an evaluation outlives it: its directories, and its processes.
 
-Every evaluation (and every build) gets one *run directory* under the temp root and, for the
-judge's shared-memory arenas, a twin under ``/dev/shm``; everything the judge, the workers and
-the build runner write goes under them. The owner (the daemon's or the API caller's process)
-holds an exclusive ``flock`` on ``<run dir>/.lock`` for as long as the run lives and removes
-both directories when it ends, however it ends. A run whose owner died (a daemon SIGKILL) leaves
+Every evaluation (and every build) gets one *run directory* under the temp root; everything the
+judge, the workers and the build runner write goes under it (arenas are unnamed memfds, not
+files: evalfarm.judge.arena). The owner (the daemon's or the API caller's process) holds an
+exclusive ``flock`` on ``<run dir>/.lock`` for as long as the run lives and removes the directory
+when it ends, however it ends. A run whose owner died (a daemon SIGKILL) leaves
 its lock free: ``sweep`` removes such leftovers, and the daemon calls it when it starts.
 
 ``kill_descendants`` is for a child subreaper (the judge): every process below it, including
@@ -25,16 +25,8 @@ import uuid
 log = logging.getLogger(__name__)
 
 PREFIX = "evalfarm-run-"
-SHM_ROOT = "/dev/shm"
-SHM_ENV = "EVALFARM_SHM_DIR"
-
-
-def _shm_root() -> str | None:
-    return SHM_ROOT if os.path.isdir(SHM_ROOT) and os.access(SHM_ROOT, os.W_OK) else None
-
-
 class RunDir:
-    """A locked, private directory (and its /dev/shm twin) for one evaluation or build."""
+    """A locked, private directory for one evaluation or build."""
 
     def __init__(self, kind: str, root: str | None = None) -> None:
         self.root = root or tempfile.gettempdir()
@@ -42,28 +34,17 @@ class RunDir:
         self.path = os.path.join(self.root, self.name)
         os.mkdir(self.path, 0o711)  # others may traverse (an unprivileged worker), not list
         os.chmod(self.path, 0o711)
-        self._lock_fds = [_lock(self.path)]
-        shm = _shm_root()
-        self.shm_path: str | None = None
-        if shm is not None:
-            self.shm_path = os.path.join(shm, self.name)
-            os.mkdir(self.shm_path, 0o711)
-            self._lock_fds.append(_lock(self.shm_path))
+        self._lock_fd: int | None = _lock(self.path)
 
     def env(self) -> dict[str, str]:
-        """What a child needs to put its files here (TMPDIR, and the arena directory)."""
-        env = {"TMPDIR": self.path}
-        if self.shm_path:
-            env[SHM_ENV] = self.shm_path
-        return env
+        """What a child needs to put its files here."""
+        return {"TMPDIR": self.path}
 
     def close(self) -> None:
-        for p in (self.path, self.shm_path):
-            if p:
-                shutil.rmtree(p, ignore_errors=True)
-        for fd in self._lock_fds:
-            os.close(fd)
-        self._lock_fds = []
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def __enter__(self) -> RunDir:
         return self
@@ -98,22 +79,19 @@ def _owner_alive(run_path: str) -> bool:
     return False
 
 
-def sweep(root: str | None = None, shm_root: str | None = SHM_ROOT) -> list[str]:
-    """Remove the run directories (and /dev/shm twins) whose owner is gone; returns what was removed."""
+def sweep(root: str | None = None) -> list[str]:
+    """Remove the run directories whose owner is gone; returns what was removed."""
     root = root or tempfile.gettempdir()
     removed: list[str] = []
-    for base in (root, shm_root):
-        if not base or not os.path.isdir(base):
-            continue
-        try:
-            names = [n for n in os.listdir(base) if n.startswith(PREFIX)]
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(base, name)
-            if os.path.isdir(path) and not _owner_alive(path):
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(PREFIX)]
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not _owner_alive(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     if removed:
         log.info("removed %d leftover run directories of ended evaluations", len(removed))
     return removed

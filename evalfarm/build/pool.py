@@ -109,8 +109,7 @@ class BuildPool:
         with self._lock:
             self._in_flight.pop(key, None)
 
-    def _child(self, request: dict[str, Any], tmp: str, arch: str, deadline: float,
-               run_env: dict[str, str] | None = None) -> tuple[dict[str, Any] | None, str]:
+    def _child(self, request: dict[str, Any], tmp: str, arch: str, deadline: float) -> tuple[dict[str, Any] | None, str]:
         """Run one runner child to completion (or the deadline); (its result, its output)."""
         result_path = os.path.join(tmp, f"result-{len(os.listdir(tmp))}.json")
         extra = {"CUDA_VISIBLE_DEVICES": ""}
@@ -123,7 +122,7 @@ class BuildPool:
         proc = subprocess.Popen(
             sandbox.python_cmd("evalfarm.build.runner"),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=tmp, env=sandbox.clean_env(tmp, {**extra, **(run_env or {})}), start_new_session=True,
+            cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
         )
         with self._lock:
             self._procs.add(proc)
@@ -157,7 +156,7 @@ class BuildPool:
         start = time.monotonic()
         deadline = start + timeout_s
         try:
-            found, text = self._child({"mode": "discover", "source": source}, tmp, arch, deadline, run.env())
+            found, text = self._child({"mode": "discover", "source": source}, tmp, arch, deadline)
             if found is None:
                 return self._count(BuildReport("error", time.monotonic() - start, text))
             extensions = []
