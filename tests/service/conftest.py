@@ -192,6 +192,17 @@ class DaemonProcess:
             return self.proc.wait(10)
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter from /proc/<pid>/stat ("R", "S", "Z", ...), or None once the pid is gone.
+
+    A process can vanish between any two reads of /proc, so every error is "gone".
+    """
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def descendants(pid: int) -> list[int]:
     """All descendant pids, from /proc (no psutil)."""
     children: dict[int, list[int]] = {}

@@ -12,7 +12,7 @@ import pytest
 
 from evalfarm import lifetime
 from evalfarm.v1 import evalfarm_pb2 as pb
-from tests.service.conftest import descendants, request, wait_until
+from tests.service.conftest import descendants, process_state, request, wait_until
 
 
 @pytest.mark.parametrize("payload", [b"\xff\xff\xff\xff\x0f", b"\x0a\x80\x80\x80", b"\x12\x05abc"])
@@ -59,8 +59,7 @@ def test_daemon_sigkill_leaves_no_process_and_the_next_daemon_sweeps_its_files(s
     d.proc.wait(10)
 
     def alive() -> list[int]:
-        return [p for p in tree if os.path.exists(f"/proc/{p}") and
-                not open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"]
+        return [p for p in tree if process_state(p) not in (None, "Z")]
 
     assert wait_until(lambda: not alive(), 15), f"still running after the daemon's SIGKILL: {alive()}"
     fut.cancel()
