@@ -14,6 +14,7 @@ from typing import Any
 from evalfarm.baseline import compile_candidate, speedup_vs
 from evalfarm.batch import BatchItem, result_row
 from evalfarm.config import ScoreConfig
+from evalfarm.judge.standby import WarmJudges
 from evalfarm.result import ScoreResult
 from evalfarm.tasks.format import Candidate, Task
 from evalfarm.verdict import Verdict
@@ -62,6 +63,15 @@ def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: 
         started = build_all_ahead(items)
         if started:
             log.info("building %d candidates' extensions ahead, in parallel", started)
+        # Each judge (one per candidate) starts while the one before it scores.
+        judges = WarmJudges({config.device: 1}) if len(items) > 1 else None
+        try:
+            yield from score_items(items, judges)
+        finally:
+            if judges is not None:
+                judges.close()
+
+    def score_items(items: list[BatchItem], judges: WarmJudges | None) -> Iterator[dict[str, Any]]:
         for item in items:
             task = task_for(item.task)
             if isinstance(task, str):
@@ -72,11 +82,12 @@ def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: 
             if baseline == "compile":
                 if item.task not in baselines:
                     log.info("scoring the torch.compile baseline of %s", task.name)
-                    baselines[item.task] = scoring.score(task, compile_candidate(task), config, build_pool)
+                    baselines[item.task] = scoring.score(task, compile_candidate(task), config, build_pool,
+                                                         judges=judges)
                 base = baselines[item.task]
             cand = Candidate(source=item.source, name=item.sample_id, path=item.path)
             diag = diagnostics(item) if diagnostics is not None else None
-            yield _with_baseline(item, scoring.score(task, cand, config, build_pool, diag), base)
+            yield _with_baseline(item, scoring.score(task, cand, config, build_pool, diag, judges), base)
 
     return score_all
 

@@ -83,12 +83,15 @@ def build_stream(device: str, n: int, group: int) -> list[StreamItem]:
 class OwnedDaemon:
     """One `evalfarm serve` on loopback, started and reaped here (its whole process group)."""
 
-    def __init__(self, device: str, cache_dir: str, log_path: Path, timeout_s: float = 180.0) -> None:
+    def __init__(self, device: str, cache_dir: str, log_path: Path, timeout_s: float = 180.0,
+                 warm_judges: int | None = None) -> None:
         from evalfarm.server.cli import wait_for_listening_port
 
         cmd = [sys.executable, "-m", "evalfarm", "serve", "--port", "0", "--host", "127.0.0.1",
                "--cache-dir", cache_dir, "--log-level", "WARNING", "--exit-with-parent"]
         cmd += ["--gpus", "all"] if device.startswith("cuda") else ["--device", "cpu", "--slots", "1"]
+        if warm_judges is not None:
+            cmd += ["--warm-judges", str(warm_judges)]
         with open(log_path, "a") as err:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
         port = wait_for_listening_port(self.proc, timeout_s)
@@ -245,7 +248,9 @@ def markdown(s: dict[str, Any]) -> str:
         return "-" if x is None else format(x, fmt)
 
     cut = ", interrupted: the candidates that finished" if s.get("interrupted") else ""
-    lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s{cut})", "",
+    warm = s.get("warm_judges")
+    warm_note = "" if warm is None else f", --warm-judges {warm}"
+    lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s{warm_note}{cut})", "",
              "| candidates/min | latency median s | latency p95 s | evaluation median s | evaluation p95 s | "
              "GPU busy | queue depth max |", "|---|---|---|---|---|---|---|",
              f"| {f(s['candidates_per_minute'])} | {f(s['latency_s_median'])} | {f(s['latency_s_p95'])} | "
@@ -275,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-every", type=float, default=1.0, help="seconds between queue/GPU samples")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for any one result")
     ap.add_argument("--out", type=Path, default=Path("bench-daemon"), help="directory for the JSON and Markdown")
+    ap.add_argument("--warm-judges", type=int, default=None,
+                    help="the local daemon's --warm-judges (default: the daemon's own default)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from evalfarm.client.sync import FarmClient
@@ -294,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp:
         try:
             if not args.endpoint:
-                daemon = OwnedDaemon(args.device, os.path.join(tmp, "cache"), args.out / "daemon.log")
+                daemon = OwnedDaemon(args.device, os.path.join(tmp, "cache"), args.out / "daemon.log",
+                                     warm_judges=args.warm_judges)
             client = FarmClient([args.endpoint or daemon.endpoint], default_deadline_s=args.timeout)
             sampler = Sampler(client, args.sample_every, gpu)
             t0 = time.monotonic()
@@ -318,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                 daemon.stop()
     summary = summarise(rows, wall, sampler, cv, args.device)
     summary["interrupted"] = interrupted
+    summary["warm_judges"] = args.warm_judges
     (args.out / "bench_daemon.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     text = markdown(summary)
     (args.out / "bench_daemon.md").write_text(text)

@@ -7,21 +7,20 @@ runs in a sandboxed child of the build pool, the judge in a child of its own, an
 candidate in a child of the judge. It does not analyse the source itself either: the static
 guards run in a bounded child process (``evalfarm.guards.bounded``), so a pathological source
 costs a daemon neither its event loop nor its memory. ``start`` returns a handle that can be waited on with
-a timeout or cancelled, which kills every process of the evaluation.
+a timeout or cancelled, which kills every process of the evaluation. Judge processes come from
+``evalfarm.judge.standby``: started on demand, or ahead of need by a ``WarmJudges`` (a daemon's),
+so an evaluation does not wait for interpreters, torch imports and CUDA contexts.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from evalfarm import lifetime, other_sizes, reverify, sandbox
+from evalfarm import other_sizes, reverify
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
@@ -29,6 +28,7 @@ from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking
 from evalfarm.guards.bounded import StaticAnalysisUnavailable, check_candidate_source
 from evalfarm.judge import wire
 from evalfarm.judge.diagnose import Diagnostics
+from evalfarm.judge.standby import JudgeProcess, WarmJudges
 from evalfarm.result import Evidence, ScoreResult
 from evalfarm.tasks.format import Candidate, Task, load_candidate_file, parse_candidate, parse_task
 from evalfarm.tasks.suite import resolve_task
@@ -66,6 +66,11 @@ def as_candidate(candidate: Candidate | str | Path) -> Candidate:
     return load_candidate_file(text)
 
 
+# The longest an evaluation holds its first round while a standby judge of its device starts up
+# (below the judge's own BEFORE_ROUNDS_TIMEOUT_S, after which it would go on by itself).
+STANDBY_HOLD_S = 20.0
+
+
 def _overall_timeout(cfg: ScoreConfig) -> float:
     return cfg.load_timeout_s + 4 * cfg.timing_budget_s + 900.0
 
@@ -74,19 +79,19 @@ class Evaluation:
     """A running scoring: wait for it with ``result()``, stop it with ``cancel()``."""
 
     def __init__(self, task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool,
-                 diagnostics: Diagnostics | None = None) -> None:
+                 diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None) -> None:
         self.task, self.candidate, self.config, self.pool = task, candidate, config, pool
+        self.judges = judges
         self.diagnostics = diagnostics or Diagnostics()
         self._done = threading.Event()
         self._result: ScoreResult | None = None
         self._cancelled = False
         self._lock = threading.Lock()
-        self._judge: subprocess.Popen | None = None
-        self._worker_pgids: list[int] = []  # the judge's reference and candidate workers
+        # Every judge process of the evaluation (first, re-verification, other sizes), with its
+        # workers and its run directory: all killed and removed when the evaluation ends however it
+        # ends, or by a later sweep if this process dies.
+        self._judges: list[JudgeProcess] = []
         self._expected_extensions: dict[str, dict[str, str]] = {}  # key -> file hashes the pool installed
-        # Every file of the evaluation lives under this directory (and its /dev/shm twin); it is
-        # removed when the evaluation ends however it ends, or by a later sweep if this process dies.
-        self._run_dir: lifetime.RunDir | None = None
         self._thread = threading.Thread(target=self._run, name="evaluation", daemon=True)
         self._thread.start()
 
@@ -106,13 +111,8 @@ class Evaluation:
             self._kill()
 
     def _kill(self) -> None:
-        for pgid in self._worker_pgids:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self._judge is not None:
-            sandbox.kill_group(self._judge)
+        for judge in self._judges:
+            judge.kill()
 
     def _finish(self, result: ScoreResult) -> None:
         result.task = result.task or self.task.name
@@ -132,9 +132,8 @@ class Evaluation:
         finally:
             # Before the result is out: when a caller sees it, no process or file of it is left.
             with self._lock:
-                self._kill()
-                if self._run_dir is not None:
-                    self._run_dir.close()
+                for judge in self._judges:
+                    judge.close()
         self._finish(result)
 
     def _score(self) -> ScoreResult:
@@ -224,50 +223,55 @@ class Evaluation:
         copy with a derived size profile)."""
         cfg = config or self.config
         task = task or self.task
-        conn, child_sock = wire.channel_pair()
-        fd = child_sock.fileno()
+        with self._lock:
+            if self._cancelled:
+                return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
+            judge = self.judges.take(cfg.device) if self.judges is not None else JudgeProcess(cfg.device)
+            self._judges.append(judge)
+        age_s = judge.age_s
+        conn = judge.conn
         try:
-            with self._lock:
-                if self._cancelled:
-                    return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
-                if self._run_dir is None:
-                    self._run_dir = lifetime.RunDir("eval")
-                tmp = tempfile.mkdtemp(prefix="judge-", dir=self._run_dir.path)
-                os.chmod(tmp, 0o711)
-                env = sandbox.judge_env(tmp, {**self._run_dir.env(), "EVALFARM_PARENT_PID": str(os.getpid())})
-                self._judge = subprocess.Popen(
-                    [*sandbox.python_cmd("evalfarm.judge.judge"), str(fd)], pass_fds=(fd,), cwd=tmp, env=env,
-                    start_new_session=True, stdin=subprocess.DEVNULL,
-                )
-            child_sock.close()
             wire.send_json(conn, {
                 "config": cfg.to_dict(), "task_name": task.name, "task_source": task.source,
                 "size_profiles": task.size_profiles, "candidate_source": self.candidate.source,
                 "cache_dir": str(self.pool.cache_dir), "arch": arch,
                 "expected_extensions": self._expected_extensions, **(extra or {}),
             })
-            deadline = time.monotonic() + _overall_timeout(cfg)
-            while True:
+        except OSError:
+            code = judge.proc.poll()
+            return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended before its request (code {code})")
+        deadline = time.monotonic() + _overall_timeout(cfg)
+        while True:
+            try:
+                msg = wire.recv_json(conn, max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                # The judge bounds every step it waits on; what is left to run past the whole
+                # evaluation's wall budget is the candidate's own slowness: charged to it.
+                return ScoreResult.failure(Verdict.TIMEOUT, (
+                    f"the evaluation ran past its wall budget of {_overall_timeout(cfg):.0f} s (load "
+                    "timeout + 4 x timing budget + 900 s)"))
+            except wire.PeerClosed:
+                code = judge.proc.poll()
+                return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended (code {code})")
+            with self._lock:
+                if judge.note_message(msg):
+                    if self._cancelled:
+                        self._kill()
+                    continue
+            if msg.get("op") == "before_rounds":
+                # No standby of this device is still starting up when the timed rounds begin.
+                if self.judges is not None:
+                    self.judges.wait_ready(cfg.device, STANDBY_HOLD_S, lambda: self._cancelled)
                 try:
-                    msg = wire.recv_json(conn, max(0.0, deadline - time.monotonic()))
-                except TimeoutError:
-                    # The judge bounds every step it waits on; what is left to run past the whole
-                    # evaluation's wall budget is the candidate's own slowness: charged to it.
-                    return ScoreResult.failure(Verdict.TIMEOUT, (
-                        f"the evaluation ran past its wall budget of {_overall_timeout(cfg):.0f} s (load "
-                        "timeout + 4 x timing budget + 900 s)"))
-                except wire.PeerClosed:
-                    code = self._judge.poll()
-                    return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended (code {code})")
-                if msg.get("op") == "worker" and isinstance(msg.get("pgid"), int):
-                    with self._lock:
-                        self._worker_pgids.append(msg["pgid"])
-                        if self._cancelled:
-                            self._kill()
-                elif msg.get("op") == "result":
-                    return ScoreResult.from_dict(msg["result"])
-        finally:
-            conn.close()
+                    wire.send_json(conn, {"op": "go"})
+                except OSError:
+                    pass  # the judge is gone: the next receive says so
+                continue
+            if msg.get("op") == "result":
+                result = ScoreResult.from_dict(msg["result"])
+                # How long the judge had been up when its request came: its start-up, not waited for.
+                result.evidence.phases_s["judge_started_ahead"] = round(age_s, 3)
+                return result
 
 
 def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool) -> bool:
@@ -292,16 +296,19 @@ def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: Bui
 
 
 def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None,
-          diagnostics: Diagnostics | None = None) -> Evaluation:
-    """Begin scoring in the background."""
-    return Evaluation(task, candidate, config, build_pool or default_build_pool(), diagnostics)
+          diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None) -> Evaluation:
+    """Begin scoring in the background (with judges from ``judges`` when given, else started now)."""
+    return Evaluation(task, candidate, config, build_pool or default_build_pool(), diagnostics, judges)
 
 
 def score(task: Task | str | Path, candidate: Candidate | str | Path, config: ScoreConfig | None = None,
-          build_pool: BuildPool | None = None, diagnostics: Diagnostics | None = None) -> ScoreResult:
+          build_pool: BuildPool | None = None, diagnostics: Diagnostics | None = None,
+          judges: WarmJudges | None = None) -> ScoreResult:
     """Score a candidate against a task: a file path, built-in id/name, or a Task/Candidate.
-    ``diagnostics`` asks for a profiler trace and/or the first failing round's tensors (local only)."""
-    return start(as_task(task), as_candidate(candidate), config or ScoreConfig(), build_pool, diagnostics).result()
+    ``diagnostics`` asks for a profiler trace and/or the first failing round's tensors (local only);
+    ``judges`` supplies judge processes started ahead (many candidates in a row)."""
+    return start(as_task(task), as_candidate(candidate), config or ScoreConfig(), build_pool, diagnostics,
+                 judges).result()
 
 
 def describe(result: ScoreResult) -> str:

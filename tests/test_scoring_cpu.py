@@ -263,11 +263,11 @@ def test_killed_judge_gives_one_infra_error_and_leaves_no_worker(task, data_dir,
 
     ev = start(task, as_candidate(str(data_dir / "cand_hang.py")), QUICK.replace(min_call_timeout_s=60.0), build_pool)
     deadline = time.monotonic() + 60
-    while (len(ev._worker_pgids) < 2 or ev._judge is None) and time.monotonic() < deadline:
+    while (not ev._judges or len(ev._judges[0].worker_pgids) < 2) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(ev._worker_pgids) == 2, "the reference and candidate workers never started"
-    worker_pids = list(ev._worker_pgids)
-    os.kill(ev._judge.pid, signal.SIGKILL)
+    assert ev._judges and len(ev._judges[0].worker_pgids) == 2, "the reference and candidate workers never started"
+    worker_pids = list(ev._judges[0].worker_pgids)
+    os.kill(ev._judges[0].proc.pid, signal.SIGKILL)
     r = ev.result(timeout=60)
     assert r.verdict is Verdict.INFRA_ERROR and "judge" in r.detail
     time.sleep(1.0)

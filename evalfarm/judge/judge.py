@@ -1,8 +1,10 @@
 """The trusted judge: owns the inputs, the reference outputs and the verdict.
 
-Started per evaluation as ``python -m evalfarm.judge.judge FD`` by ``evalfarm.scoring``.
-It starts two fresh workers (``evalfarm.judge.worker``): a *reference* worker that runs the
-task's Model and nothing else, and a *candidate* worker that runs ModelNew. The reference
+Started per evaluation as ``python -m evalfarm.judge.judge FD --device D`` (by
+``evalfarm.judge.standby``, often before the evaluation is known). It starts two fresh workers
+(``evalfarm.judge.worker``) at once and warms its device, then waits for its one request: a
+*reference* worker that runs the task's Model and nothing else, and a *candidate* worker that
+runs ModelNew. The reference
 is computed and timed in a process where the candidate's code never runs, so nothing the
 candidate sets in its own process (global flags, hooks, patched torch functions, thread
 counts) can change it.
@@ -47,7 +49,7 @@ from evalfarm.judge.arena import Arena, aligned, new_arena_fd
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
 from evalfarm.judge.state import set_clean_state
-from evalfarm.judge.worker import CANDIDATE, REFERENCE, data_span, overlaps, storage_span
+from evalfarm.judge.worker import CANDIDATE, REFERENCE, WARM_ENV, data_span, overlaps, storage_span
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
 from evalfarm.tasks.format import Task, instantiate_task
 from evalfarm.tasks.lint import degenerate_reason
@@ -71,6 +73,9 @@ QUIET_NOTE_S = 2e-3
 # judge's own set-up calls (-1, -2, -3), so it is fresh to the candidate.
 PROFILE_INPUT_INDEX = -4
 PROFILE_TIMEOUT_S = 120.0
+# How long the judge waits for its owner's go before its first round (the owner holds it while a
+# standby judge of the same device starts up); past that it goes on.
+BEFORE_ROUNDS_TIMEOUT_S = 30.0
 ISOLATION_NOTE = ("reference computed and timed in its own worker process; candidate process stopped "
                   "outside its own calls; inputs written right before each call")
 
@@ -121,12 +126,19 @@ class WorkerHandle:
         if device.startswith("cuda"):
             idx = device.split(":")[1] if ":" in device else "0"
             extra["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(idx)
+            extra[WARM_ENV] = "cuda:0"  # the worker creates its CUDA context before its task is known
+        self.started_seen = False  # its {"op": "started"} (interpreter, torch, device context ready) was read
         self.proc = subprocess.Popen(
             [*sandbox.python_cmd("evalfarm.judge.worker"), str(fd)],
             pass_fds=(fd, *self.arena_fds.values()), cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )
         child_sock.close()
+
+    def note_started(self, msg: dict[str, Any]) -> None:
+        if msg.get("op") != "started":
+            raise wire.ProtocolError(f"expected the {self.role} worker's start report, got {str(msg.get('op'))[:40]!r}")
+        self.started_seen = True
 
     def signal_group(self, sig: int) -> bool:
         """Send ``sig`` to the worker's whole process group; False when it is gone."""
@@ -292,8 +304,82 @@ def _cuda_identity(props: Any) -> tuple[str | None, tuple[int, int, int] | None]
     return uuid, pci
 
 
+@dataclasses.dataclass
+class StartedWorkers:
+    """The two workers a judge starts before its request arrives, and their private directory."""
+
+    device: str  # the evaluation device they were started for (ScoreConfig.device)
+    tmp: str
+    workers: list[WorkerHandle]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+        self.workers = []
+
+
+def start_workers(device: str, report_pgid: Any) -> StartedWorkers:
+    """Start the reference and the candidate worker for ``device``; nothing task-specific yet."""
+    tmp = sandbox.make_private_tmp("evalfarm-eval-")
+    worker_device = device if device != "cuda" else "cuda:0"
+    started = StartedWorkers(device, tmp, [])
+    try:
+        for role in (REFERENCE, CANDIDATE):
+            started.workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role))
+            report_pgid(started.workers[-1].proc.pid)
+    except BaseException:
+        started.close()
+        sandbox.wipe(tmp)
+        raise
+    return started
+
+
+def warm_device(device: str) -> str:
+    """Create this process's CUDA context now, while no evaluation waits for it; "" or a note."""
+    if not device.startswith("cuda"):
+        return ""
+    try:
+        dev = torch.device("cuda:0" if device == "cuda" else device)
+        torch.cuda.set_device(dev)
+        torch.empty(1, device=dev)
+    except Exception as err:  # noqa: BLE001 - the evaluation reports the device's failure itself
+        return f"device not warmed: {type(err).__name__}: {err}"
+    return ""
+
+
+def wait_for_request(conn: Any, started: StartedWorkers, timeout_s: float) -> dict[str, Any] | None:
+    """Wait for the evaluation request; meanwhile, once both workers report that they started,
+    tell the owner ``{"op": "standby_ready"}`` (its evaluations hold their timed rounds until
+    their device's standbys are ready, so no start-up competes with them). None: no request came
+    within ``timeout_s``, the owner went away, or a worker died while standing by."""
+    from multiprocessing.connection import wait
+
+    deadline = time.monotonic() + timeout_s
+    by_conn = {w.conn: w for w in started.workers}
+    announced = False
+    while True:
+        waiting = [w.conn for w in started.workers if not w.started_seen]
+        if not waiting and not announced:
+            wire.send_json(conn, {"op": "standby_ready"})
+            announced = True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        for ready in wait([conn, *waiting], left):
+            if ready is conn:
+                try:
+                    return wire.recv_json(conn, 0)
+                except (wire.PeerClosed, wire.ProtocolError, TimeoutError):
+                    return None
+            try:
+                by_conn[ready].note_started(wire.recv_json(ready, 0))
+            except (wire.PeerClosed, wire.ProtocolError, TimeoutError):
+                return None  # a worker died before any evaluation: this judge is of no use
+
+
 class Judge:
-    def __init__(self, request: dict[str, Any], report_pgid: Any) -> None:
+    def __init__(self, request: dict[str, Any], report_pgid: Any, started: StartedWorkers | None = None,
+                 before_rounds: Any = None) -> None:
         self.config = ScoreConfig.from_dict(request["config"])
         self.task = Task(name=request["task_name"], source=request["task_source"],
                          size_profiles=request.get("size_profiles") or {})
@@ -312,18 +398,23 @@ class Judge:
         self.correctness_only = bool(request.get("correctness_only"))
         self.diagnostics = diagnose.Diagnostics.from_dict(request.get("diagnostics"))
         self._tmp = ""
+        self._started = started
+        # Called once, right before the first round (the owner holds it while a standby starts).
+        self._before_rounds = before_rounds
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
-        tmp = self._tmp = sandbox.make_private_tmp("evalfarm-eval-")
-        workers: list[WorkerHandle] = []
+        started = self._started
+        if started is not None and started.device != self.config.device:
+            started.close()  # started for another device: not usable for this request
+            sandbox.wipe(started.tmp)
+            started = None
+        if started is None:
+            started = start_workers(self.config.device, self.report_pgid)
+        tmp = self._tmp = started.tmp
+        workers = started.workers
         arenas: list[Arena] = []
         try:
-            # Both workers start first: their interpreters and torch imports overlap our set-up.
-            worker_device = self.config.device if self.config.device != "cuda" else "cuda:0"
-            for role in (REFERENCE, CANDIDATE):
-                workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role))
-                self.report_pgid(workers[-1].proc.pid)
             self.ref, self.cand = workers
             return self._evaluate(tmp, arenas)
         except Verdicted as v:
@@ -440,6 +531,8 @@ class Judge:
             "num_threads": num_threads, "init_inputs": init_inputs, "weight_seed": weight_seed,
             "flush_bytes": flush_bytes, "tuple_out": self.tuple_out,
         }
+        for worker in (self.ref, self.cand):  # no candidate code has run: a failure here is the farm's
+            self._await_started(worker)
         # Both load at once; the reference worker takes its quiet-GPU baseline before building the task.
         wire.send_pickle(self.ref.conn, {
             **common, "role": REFERENCE, "task_name": self.task.name, "task_source": self.task.source,
@@ -467,6 +560,10 @@ class Judge:
         self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:8])]
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
+        if self._before_rounds is not None:
+            t_hold = time.monotonic()
+            self._before_rounds()
+            self.phases["held_for_standby"] = time.monotonic() - t_hold
         result = self._measure()
         if self.diagnostics.profile_dir and not self.correctness_only:
             self.evidence.diagnostics["profile"] = self._profile(profile)
@@ -822,6 +919,15 @@ class Judge:
         return c
 
     # --- plumbing --------------------------------------------------------------------
+    def _await_started(self, worker: WorkerHandle) -> None:
+        if worker.started_seen:
+            return
+        try:
+            worker.note_started(wire.recv_json(worker.conn, self.config.load_timeout_s))
+        except (TimeoutError, wire.PeerClosed, wire.ProtocolError) as err:
+            raise Verdicted(Verdict.INFRA_ERROR, f"the {worker.role} worker did not start ({type(err).__name__}): "
+                            f"{worker.exit_description()}\n{worker.stderr_tail()}") from None
+
     def _recv(self, worker: WorkerHandle, timeout: float, what: str) -> dict[str, Any]:
         trusted = worker.role == REFERENCE
         try:
@@ -916,16 +1022,53 @@ def main() -> None:
     # of its workers are re-parented to it, to be killed when the evaluation ends.
     confine.die_with_parent(int(os.environ.get("EVALFARM_PARENT_PID", os.getppid())))
     hardening = confine.harden_trusted_process()
-    conn = Connection(int(sys.argv[1]))
-    request = wire.recv_json(conn, 60)
+    args = _parse_args(sys.argv[1:])
+    conn = Connection(args.fd)
+
+    def report_pgid(pgid: int) -> None:
+        wire.send_json(conn, {"op": "worker", "pgid": pgid})
+
+    # Everything that does not depend on the evaluation happens before its request arrives.
+    started = start_workers(args.device, report_pgid)
+    note = warm_device(args.device)
+    if note:
+        hardening = [*hardening, note]
+    request = wait_for_request(conn, started, args.request_timeout)
+    if request is None:
+        # A standby nobody took, an owner that went away, or a worker that died: nothing to report.
+        started.close()
+        lifetime.kill_descendants()
+        sandbox.wipe(started.tmp)
+        return
+
+    def before_rounds() -> None:
+        wire.send_json(conn, {"op": "before_rounds"})
+        try:
+            reply = wire.recv_json(conn, BEFORE_ROUNDS_TIMEOUT_S)
+        except TimeoutError:
+            return  # the owner is slow to answer: go on rather than stall the evaluation
+        if reply.get("op") != "go":
+            raise wire.ProtocolError(f"expected go, got {str(reply.get('op'))[:40]!r}")
+
     try:
-        judge = Judge(request, lambda pgid: wire.send_json(conn, {"op": "worker", "pgid": pgid}))
+        judge = Judge(request, report_pgid, started, before_rounds)
         result = judge.run()
     except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
         result = ScoreResult.failure(Verdict.INFRA_ERROR, "judge failed:\n" + traceback.format_exc()[-4000:])
     result.evidence.isolation = [*result.evidence.isolation, *hardening]
     wire.send_json(conn, {"op": "result", "result": result.to_dict()})
     conn.close()
+
+
+def _parse_args(argv: list[str]) -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m evalfarm.judge.judge")
+    parser.add_argument("fd", type=int, help="the inherited socket to the judge's owner")
+    parser.add_argument("--device", required=True, help="the evaluation device (cpu, cuda, cuda:N)")
+    parser.add_argument("--request-timeout", type=float, default=60.0,
+                        help="seconds to wait for the evaluation request before exiting")
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ _CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert",
                        "misaligned address", "illegal instruction")
 
 REFERENCE, CANDIDATE = "reference", "candidate"
+# Set by the judge to the device whose context a worker creates while it waits for its task.
+WARM_ENV = "EVALFARM_WORKER_WARM"
 # The reference's quiet-GPU wait: a probe counts as quick within QUIET_FACTOR times its idle
 # latency, clamped to [QUIET_FLOOR_S, QUIET_CAP_S] (a probe that shares the device with another
 # context's running kernel waits for a time slice); the wait gives up after QUIET_WAIT_S.
@@ -148,6 +150,14 @@ class Worker:
     def run(self) -> None:
         import torch  # before waiting: the import overlaps the judge's own set-up
 
+        warm = os.environ.get(WARM_ENV, "")
+        if warm.startswith("cuda"):
+            try:  # the CUDA context, before any task or candidate is known
+                torch.cuda.set_device(torch.device(warm))
+                torch.empty(1, device=warm)
+            except Exception as err:  # noqa: BLE001 - the set-up below reports a broken device
+                self.isolation.append(f"device not warmed: {type(err).__name__}: {err}"[:300])
+        self.send({"op": "started"})  # before any task or candidate: the judge may now call itself ready
         init = self.wire.recv_pickle(self.conn)
         from evalfarm.sandbox import Limits, apply_limits
 

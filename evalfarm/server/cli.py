@@ -55,7 +55,7 @@ def wait_for_listening_port(proc: subprocess.Popen[str], timeout: float) -> int 
 DEFAULTS: dict[str, Any] = {
     "port": 50051, "host": "127.0.0.1", "gpus": None, "device": None, "slots": 1, "queue_limit": 64,
     "auth_token_file": None, "tls_cert": None, "tls_key": None, "tls_client_ca": None,
-    "metrics_port": None, "health_port": None, "kernelbench_root": None, "cache_dir": str(DEFAULT_CACHE_DIR), "build_workers": 2,
+    "metrics_port": None, "health_port": None, "kernelbench_root": None, "cache_dir": str(DEFAULT_CACHE_DIR), "build_workers": 2, "warm_judges": None,
     "max_source_bytes": DEFAULT_MAX_SOURCE_BYTES, "drain_timeout": 60.0, "max_eval_seconds": 1800.0,
     "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False, "fault_threshold": 3,
     "probe_interval": 60.0,
@@ -85,6 +85,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                    "extensions), <dir>/results.sqlite (results); default ~/.cache/evalfarm "
                    "($EVALFARM_CACHE_DIR sets it)")
     p.add_argument("--build-workers", type=int, help="compile pool size; default 2")
+    p.add_argument("--warm-judges", type=int,
+                   help="judge processes per slot started ahead of need (interpreter, torch, CUDA context and "
+                        "both workers ready before a candidate arrives; each still serves one evaluation); "
+                        "0 starts each on demand; default 1 on GPU slots, 0 on CPU slots")
     p.add_argument("--max-source-bytes", type=int)
     p.add_argument("--drain-timeout", type=float, help="seconds to finish work on SIGTERM; default 60")
     p.add_argument("--max-eval-seconds", type=float, help="hard limit per evaluation; default 1800")
@@ -165,6 +169,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         kernelbench_root=Path(args.kernelbench_root) if args.kernelbench_root else None,
         cache_dir=Path(args.cache_dir) if args.cache_dir else None,
         build_workers=args.build_workers,
+        warm_judges=args.warm_judges,
         max_source_bytes=args.max_source_bytes,
         drain_timeout_s=args.drain_timeout,
         max_eval_s=args.max_eval_seconds,

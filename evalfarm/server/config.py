@@ -34,6 +34,9 @@ class ServerConfig:
     kernelbench_root: Path | None = None
     cache_dir: Path | None = None
     build_workers: int = 2
+    # Judge processes kept started ahead, per slot (0: start each on demand); None: 1 on GPU slots,
+    # 0 on CPU slots (a CPU evaluation uses every core, so a standby's start-up only competes with it).
+    warm_judges: int | None = None
     max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
     drain_timeout_s: float = 60.0
     max_eval_s: float = 1800.0  # hard bound on one evaluation, on top of the scorer's own timeouts
@@ -52,6 +55,8 @@ class ServerConfig:
             raise ServerConfigError("--max-source-bytes must be >= 1")
         if self.build_workers < 1:
             raise ServerConfigError("--build-workers must be >= 1")
+        if self.warm_judges is not None and not 0 <= self.warm_judges <= 4:
+            raise ServerConfigError(f"--warm-judges must be 0-4, got {self.warm_judges}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ServerConfigError("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:
@@ -74,6 +79,12 @@ class ServerConfig:
     def health_policy(self) -> HealthPolicy:
         return HealthPolicy(fault_threshold=self.fault_threshold, probe_interval_s=self.probe_interval_s,
                             probe_max_interval_s=max(900.0, self.probe_interval_s))
+
+    @property
+    def standby_judges_per_slot(self) -> int:
+        if self.warm_judges is not None:
+            return self.warm_judges
+        return 0 if self.device_mode == "cpu" else 1
 
     @property
     def slots(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import signal
 from typing import Any
@@ -55,8 +56,15 @@ class Daemon:
         self.certs = (CertFiles(config.tls_cert, config.tls_key, config.tls_client_ca)
                       if config.tls_cert is not None and config.tls_key is not None else None)
         self._own_pool = False
+        self.judges: Any = None  # judge processes started ahead of need (evalfarm.judge.standby)
         if backend is None:
-            backend = default_backend()
+            per_slot = config.standby_judges_per_slot
+            if per_slot > 0:
+                from evalfarm.judge.standby import WarmJudges
+
+                self.judges = WarmJudges(dict(collections.Counter(config.devices * per_slot)))
+                self.metrics.watch_warm_judges(self.judges.stats)
+            backend = default_backend(self.judges)
             if build_pool is None:
                 build_pool = self._make_build_pool()
         self.build_pool = build_pool
@@ -97,6 +105,8 @@ class Daemon:
     async def start(self) -> int:
         cfg = self.config
         lifetime.sweep()  # files of evaluations whose daemon died (their run locks are free)
+        if self.judges is not None:
+            self.judges.fill()  # the first candidates find judges that have paid their start-up
         interceptors = []
         if cfg.authenticated:
             tokens: Any = self.tokens.tokens if self.tokens is not None else cfg.auth_token
@@ -183,6 +193,9 @@ class Daemon:
         if self._own_pool and self.build_pool is not None:
             self.build_pool.close()
             self.build_pool = None
+        if self.judges is not None:
+            self.judges.close()
+            self.judges = None
 
 
 async def run_daemon(config: ServerConfig, ready: Any = None) -> int:

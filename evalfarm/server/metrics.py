@@ -100,6 +100,28 @@ class _BuildPoolCollector(Collector):
         yield g
 
 
+class _WarmJudgesCollector(Collector):
+    """Judges started ahead of need (evalfarm.judge.standby), read at scrape time."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            stats = self._stats() or {}
+        except Exception:  # noqa: BLE001 - a scrape must not fail because the daemon is closing
+            stats = {}
+        c = CounterMetricFamily("evalfarm_judges_taken", "Judge processes handed to evaluations, by whether "
+                                "one started ahead was ready (warm) or one had to start then (cold)",
+                                labels=["start"])
+        c.add_metric(["warm"], float(stats.get("warm", 0)))
+        c.add_metric(["cold"], float(stats.get("cold", 0)))
+        yield c
+        g = GaugeMetricFamily("evalfarm_judges_standing_by", "Judge processes started ahead, waiting")
+        g.add_metric([], float(stats.get("standing_by", 0)))
+        yield g
+
+
 class _SlotCollector(Collector):
     """Slot and queue gauges read from the service at scrape time (never stale)."""
 
@@ -205,6 +227,9 @@ class Metrics:
 
     def watch_build_pool(self, stats: Callable[[], dict[str, Any]]) -> None:
         self.registry.register(_BuildPoolCollector(stats))
+
+    def watch_warm_judges(self, stats: Callable[[], dict[str, Any]]) -> None:
+        self.registry.register(_WarmJudgesCollector(stats))
 
     def watch_slots(self, sample: Callable[[], FarmSample]) -> None:
         self.registry.register(_SlotCollector(sample))

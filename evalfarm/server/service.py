@@ -56,11 +56,12 @@ class Evaluation(Protocol):
 Backend = Callable[[Task, Candidate, ScoreConfig, Any], Evaluation]
 
 
-def default_backend() -> Backend:
+def default_backend(judges: Any = None) -> Backend:
+    """Evaluations by ``evalfarm.scoring``, with judges from ``judges`` (a WarmJudges) when given."""
     from evalfarm.scoring import start  # imported lazily: the daemon must not touch CUDA
 
     def run(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: Any) -> Evaluation:
-        return start(task, candidate, config, build_pool=build_pool)
+        return start(task, candidate, config, build_pool=build_pool, judges=judges)
 
     return run
 

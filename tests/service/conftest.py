@@ -15,6 +15,7 @@ import dataclasses
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -190,6 +191,12 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             kill_tree(self.proc.pid)
             return self.proc.wait(10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def process_state(pid: int) -> str | None:

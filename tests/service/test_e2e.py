@@ -119,7 +119,7 @@ def test_restart_keeps_cache(spawn_daemon, tmp_path: Path) -> None:
 
 
 def test_killed_candidate_process_gives_verdict(spawn_daemon) -> None:
-    d = spawn_daemon("--slots", "1")
+    d = spawn_daemon("--slots", "1", "--warm-judges", "0")  # every worker is the evaluation's
     src = variant("L1/1", "fast").replace(
         "class ModelNew", "import time as _t\n_t.sleep(120)  # killed by the test\n\nclass ModelNew", 1)
     with grpc.insecure_channel(d.target) as ch:

@@ -6,7 +6,6 @@ import argparse
 import io
 import json
 import logging
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -24,13 +23,7 @@ from evalfarm.server.slot_health import FAULT_INJECTION_ENV
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 
-from .conftest import fake_source, request, wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .conftest import fake_source, free_port, request, wait_until
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -44,7 +44,7 @@ def test_daemon_sigkill_leaves_no_process_and_the_next_daemon_sweeps_its_files(s
     from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 
     before = _run_dirs()
-    d = spawn_daemon()
+    d = spawn_daemon("--warm-judges", "0")  # every process is the evaluation's (test_warm_judges: standbys)
     source = (data_dir / "cand_hang.py").read_text()
     ch = grpc.insecure_channel(f"127.0.0.1:{d.port}")
     req = request(source)

@@ -1,0 +1,245 @@
+"""Judge processes started ahead of the evaluations that will use them.
+
+Starting a judge costs seconds: an interpreter, ``import torch``, a CUDA context, and two worker
+processes that do the same. None of it depends on the candidate or the task, only on the device.
+``JudgeProcess`` starts a judge for a device; the judge starts its two workers at once and warms
+their device, then waits for its evaluation request. ``WarmJudges`` keeps a number of such
+processes ready per device, so an evaluation takes one that has already paid its start-up and a
+replacement starts in its place.
+
+Isolation is unchanged: a judge and its workers serve exactly one evaluation and die with it; a
+standby has seen no task and no candidate, and nothing passes from one evaluation to the next
+(a fresh process tree, a fresh run directory, fresh arenas). A standby that waited longer than
+its idle timeout exits by itself; one that died is replaced when it would be taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from evalfarm import lifetime, sandbox
+from evalfarm.judge import wire
+
+log = logging.getLogger(__name__)
+
+# How long a judge waits for its request before it exits (a standby nobody took).
+DEFAULT_IDLE_TIMEOUT_S = 1800.0
+# A standby this close to its idle timeout is not handed out (it might exit mid-request).
+IDLE_MARGIN_S = 60.0
+# How long a cold judge (started for immediate use) waits for its request.
+COLD_REQUEST_TIMEOUT_S = 60.0
+
+
+class JudgeProcess:
+    """One judge process, its run directory and its workers' process groups; owned by its taker.
+
+    ``kill()`` ends all of it; ``close()`` also removes the run directory. The judge starts its
+    workers before it knows the evaluation, and reports their process groups as
+    ``{"op": "worker", "pgid": N}`` messages, read by ``note_message``.
+    """
+
+    def __init__(self, device: str, request_timeout_s: float = COLD_REQUEST_TIMEOUT_S) -> None:
+        self.device = device
+        self.request_timeout_s = request_timeout_s
+        self.run_dir = lifetime.RunDir("eval")
+        self.worker_pgids: list[int] = []
+        self.ready = False  # it reported {"op": "standby_ready"}: its workers and device are up
+        self.started = time.monotonic()
+        self._closed = False
+        tmp = tempfile.mkdtemp(prefix="judge-", dir=self.run_dir.path)
+        os.chmod(tmp, 0o711)
+        env = sandbox.judge_env(tmp, {**self.run_dir.env(), "EVALFARM_PARENT_PID": str(os.getpid())})
+        self.conn, child_sock = wire.channel_pair()
+        fd = child_sock.fileno()
+        try:
+            self.proc = subprocess.Popen(
+                [*sandbox.python_cmd("evalfarm.judge.judge"), str(fd), "--device", device,
+                 "--request-timeout", f"{request_timeout_s:g}"],
+                pass_fds=(fd,), cwd=tmp, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            self.conn.close()
+            self.run_dir.close()
+            raise
+        finally:
+            child_sock.close()
+
+    @property
+    def age_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def usable(self) -> bool:
+        """Alive, and far enough from its idle timeout to take a request."""
+        return (not self._closed and self.proc.poll() is None
+                and self.age_s < self.request_timeout_s - IDLE_MARGIN_S)
+
+    def note_message(self, msg: dict[str, Any]) -> bool:
+        """Record a worker's process group or the judge's readiness; True when ``msg`` was one."""
+        if msg.get("op") == "worker" and isinstance(msg.get("pgid"), int) and not isinstance(msg["pgid"], bool):
+            self.worker_pgids.append(msg["pgid"])
+            return True
+        if msg.get("op") == "standby_ready":
+            self.ready = True
+            return True
+        return False
+
+    def _drain_reports(self) -> None:
+        """Read the worker reports already sent (never blocks)."""
+        try:
+            while self.conn.poll(0):
+                self.note_message(wire.recv_json(self.conn, 0))
+        except (OSError, EOFError, TimeoutError, wire.ProtocolError):
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the judge's and its workers' process groups (the workers also die with the judge)."""
+        if not self.conn.closed:
+            self._drain_reports()
+        for pgid in self.worker_pgids:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        sandbox.kill_group(self.proc)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.kill()
+        self._closed = True
+        self.conn.close()
+        self.run_dir.close()
+
+
+class WarmJudges:
+    """Judges started ahead, ``depth[device]`` of them per device; thread-safe.
+
+    ``take(device)`` hands out the oldest usable standby (or starts one now when none is ready)
+    and asks for a replacement, so the next evaluation finds one that has paid its start-up while
+    this one ran. A device with no depth gets a judge started on demand, as without this class.
+
+    Standbys are started by one thread of this object that lives as long as it does: a judge dies
+    with the thread that started it (PR_SET_PDEATHSIG follows the parent thread), so a standby
+    must not be started by an evaluation's thread. That thread also replaces, every
+    ``CHECK_INTERVAL_S``, standbys that died or neared their idle timeout.
+    """
+
+    CHECK_INTERVAL_S = 10.0
+
+    def __init__(self, depth: dict[str, int], idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
+        if any(n < 0 for n in depth.values()):
+            raise ValueError(f"standby depth must be >= 0, got {depth}")
+        if idle_timeout_s <= IDLE_MARGIN_S:
+            raise ValueError(f"idle timeout must exceed {IDLE_MARGIN_S:g} s, got {idle_timeout_s:g}")
+        self.depth = {d: n for d, n in depth.items() if n > 0}
+        self.idle_timeout_s = idle_timeout_s
+        self._ready: dict[str, deque[JudgeProcess]] = {d: deque() for d in self.depth}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._wanted = False  # a top-up was asked for
+        self._passes = 0  # top-ups done by the starter thread
+        self.taken_warm = 0  # counters for metrics and the benchmark
+        self.taken_cold = 0
+        self._starter = threading.Thread(target=self._start_standbys, name="evalfarm-standby-judges", daemon=True)
+        self._starter.start()
+
+    def _start_standbys(self) -> None:
+        with self._cond:
+            while True:
+                if not self._wanted:
+                    self._cond.wait(self.CHECK_INTERVAL_S)
+                if self._closed:
+                    return
+                self._wanted = False
+                for device in self.depth:
+                    self._top_up(device)
+                self._passes += 1
+                self._cond.notify_all()
+
+    def _top_up(self, device: str) -> None:
+        ready = self._ready[device]
+        for stale in [j for j in ready if not j.usable()]:
+            ready.remove(stale)
+            stale.close()
+        while not self._closed and len(ready) < self.depth[device]:
+            try:
+                ready.append(JudgeProcess(device, self.idle_timeout_s))
+            except OSError as err:  # no processes or files left: evaluations start judges on demand
+                log.warning("event=standby_start_failed device=%s error=%r", device, err)
+                return
+
+    def fill(self, timeout_s: float = 60.0) -> None:
+        """Start standbys until every device has its depth, and wait for that (a daemon calls this
+        when it starts); the processes' own start-up goes on in the background."""
+        with self._cond:
+            target = self._passes + 1
+            self._wanted = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._passes >= target or self._closed, timeout_s)
+
+    def take(self, device: str) -> JudgeProcess:
+        """A judge for ``device``, owned by the caller from now on."""
+        with self._cond:
+            judge = None
+            ready = self._ready.get(device) if not self._closed else None
+            while ready:
+                candidate = ready.popleft()
+                if candidate.usable():
+                    judge = candidate
+                    break
+                candidate.close()
+            if ready is not None:
+                self._wanted = True  # a replacement, started by the starter thread
+                self._cond.notify_all()
+            if judge is not None:
+                self.taken_warm += 1
+                return judge
+            self.taken_cold += 1
+        return JudgeProcess(device)  # the caller's thread outlives its use of this judge
+
+    def wait_ready(self, device: str, timeout_s: float, cancelled: Any = lambda: False) -> bool:
+        """Wait until every standby of ``device`` has started up (its workers and device context
+        ready) or died, and none is still to be started; False after ``timeout_s`` or when
+        ``cancelled()``. An evaluation calls this before its timed rounds: a standby's start-up
+        competes with them for CPU (and, on a GPU, context creation), so it happens before them."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._cond:
+                ready = self._ready.get(device)
+                if ready is None or self._closed:
+                    return True
+                for judge in ready:
+                    if not judge.ready:
+                        judge._drain_reports()
+                settled = not self._wanted and len(ready) >= self.depth[device] and all(
+                    j.ready or j.proc.poll() is not None for j in ready)
+            if settled:
+                return True
+            if cancelled() or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def stats(self) -> dict[str, int]:
+        return {"warm": self.taken_warm, "cold": self.taken_cold, "standing_by": self.standby_count()}
+
+    def standby_count(self) -> int:
+        with self._cond:
+            return sum(len(q) for q in self._ready.values())
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            for ready in self._ready.values():
+                while ready:
+                    ready.popleft().close()
+        if self._starter is not threading.current_thread():
+            self._starter.join(timeout=10)

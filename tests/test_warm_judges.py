@@ -1,0 +1,162 @@
+"""Judges started ahead of need (evalfarm.judge.standby): used once, replaced, never left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.judge.standby import JudgeProcess, WarmJudges
+from evalfarm.scoring import as_candidate, as_task, start
+from tests.service.conftest import descendants, process_state, wait_until
+
+QUICK = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21)
+
+
+@pytest.fixture(scope="module")
+def task(data_dir):
+    return as_task(str(data_dir / "task_scale.py"))
+
+
+def _gone(pids: list[int]) -> bool:
+    return all(process_state(p) in (None, "Z") for p in pids)
+
+
+def _workers_started(judge: JudgeProcess) -> bool:
+    # The judge reports its workers' process groups as soon as it starts them.
+    judge._drain_reports()
+    return len(judge.worker_pgids) == 2
+
+
+def test_a_standby_starts_its_workers_before_any_request_and_exits_when_nobody_takes_it():
+    judge = JudgeProcess("cpu", request_timeout_s=20.0)
+    try:
+        assert wait_until(lambda: _workers_started(judge), 60), "the standby never started its workers"
+        pids = [judge.proc.pid, *descendants(judge.proc.pid)]
+        assert judge.proc.poll() is None
+        # Its idle timeout: it exits by itself, and its workers die with it.
+        assert wait_until(lambda: judge.proc.poll() is not None, 60), "an idle standby outlived its timeout"
+        assert judge.proc.returncode == 0
+        assert wait_until(lambda: _gone(pids), 15), [p for p in pids if not _gone([p])]
+        assert not judge.usable()
+    finally:
+        judge.close()
+    assert not os.path.exists(judge.run_dir.path)
+
+
+def test_an_evaluation_takes_a_warm_judge_which_serves_it_alone(task, data_dir, build_pool):
+    judges = WarmJudges({"cpu": 1})
+    try:
+        judges.fill()
+        first = next(iter(judges._ready["cpu"]))
+        assert wait_until(lambda: _workers_started(first), 60)
+        ev = start(task, as_candidate(str(data_dir / "cand_same.py")), QUICK, build_pool, judges=judges)
+        r = ev.result(timeout=240)
+        assert r.verdict is Verdict.OK, r.detail
+        assert judges.taken_warm == 1 and judges.taken_cold == 0
+        assert ev._judges == [first], "the evaluation did not use the standby"
+        assert r.evidence.phases_s["judge_started_ahead"] > 0.5  # it had been waiting, started up
+        # When the result is out, the judge that served it and its workers are gone, with its
+        # files; a fresh standby (another process, another directory) waits in its place.
+        used = [first.proc.pid, *first.worker_pgids]
+        assert wait_until(lambda: _gone(used), 15)
+        assert not os.path.exists(first.run_dir.path)
+        assert judges.standby_count() == 1
+        fresh = next(iter(judges._ready["cpu"]))
+        assert fresh is not first and fresh.proc.pid not in used and fresh.run_dir.path != first.run_dir.path
+        # The replacement started while the evaluation set up; its timed rounds waited until the
+        # replacement had started up (no start-up competing with them).
+        assert "held_for_standby" in r.evidence.phases_s
+        assert fresh.ready, "the rounds began before the replacement standby was up"
+    finally:
+        judges.close()
+
+
+def test_a_dead_standby_is_replaced_not_handed_out(task, data_dir, build_pool):
+    judges = WarmJudges({"cpu": 1})
+    try:
+        judges.fill()
+        standby = next(iter(judges._ready["cpu"]))
+        os.killpg(standby.proc.pid, signal.SIGKILL)
+        standby.proc.wait(10)
+        ev = start(task, as_candidate(str(data_dir / "cand_fast.py")), QUICK, build_pool, judges=judges)
+        r = ev.result(timeout=240)
+        assert r.verdict is Verdict.OK, r.detail
+        assert judges.taken_cold == 1 and judges.taken_warm == 0
+        assert ev._judges[0] is not standby
+    finally:
+        judges.close()
+
+
+def test_closing_the_pool_kills_every_standby_and_removes_its_files():
+    judges = WarmJudges({"cpu": 2})
+    judges.fill()
+    standbys = list(judges._ready["cpu"])
+    assert len(standbys) == 2
+    assert wait_until(lambda: all(_workers_started(j) for j in standbys), 60)
+    pids = [p for j in standbys for p in (j.proc.pid, *descendants(j.proc.pid))]
+    judges.close()
+    assert wait_until(lambda: _gone(pids), 15)
+    assert not any(os.path.exists(j.run_dir.path) for j in standbys)
+    assert judges.standby_count() == 0
+    later = judges.take("cpu")  # after close: started on demand, never kept
+    try:
+        assert judges.standby_count() == 0 and judges.taken_cold == 1
+    finally:
+        later.close()
+
+
+def test_a_cancelled_evaluation_kills_the_warm_judge_it_took(task, data_dir, build_pool):
+    judges = WarmJudges({"cpu": 1})
+    try:
+        judges.fill()
+        ev = start(task, as_candidate(str(data_dir / "cand_hang.py")), QUICK.replace(min_call_timeout_s=60.0),
+                   build_pool, judges=judges)
+        # The evaluation reads its judge's reports itself: wait for what it recorded.
+        assert wait_until(lambda: bool(ev._judges) and len(ev._judges[0].worker_pgids) == 2, 60)
+        taken = ev._judges[0]
+        pids = [taken.proc.pid, *descendants(taken.proc.pid)]
+        time.sleep(1.0)
+        ev.cancel()
+        r = ev.result(timeout=60)
+        assert r.verdict is Verdict.INFRA_ERROR and "cancelled" in r.detail
+        assert wait_until(lambda: _gone(pids), 15)
+        assert not os.path.exists(taken.run_dir.path)
+    finally:
+        judges.close()
+
+
+def test_depths_are_validated():
+    with pytest.raises(ValueError, match="depth"):
+        WarmJudges({"cpu": -1})
+    with pytest.raises(ValueError, match="idle timeout"):
+        WarmJudges({"cpu": 1}, idle_timeout_s=10.0)
+
+
+def test_a_standby_whose_worker_dies_exits_and_is_not_handed_out():
+    judge = JudgeProcess("cpu", request_timeout_s=600.0)
+    try:
+        assert wait_until(lambda: _workers_started(judge), 60)
+        os.killpg(judge.worker_pgids[1], signal.SIGKILL)
+        assert wait_until(lambda: judge.proc.poll() is not None, 30), "the judge stood by with a dead worker"
+        assert not judge.usable()
+    finally:
+        judge.close()
+
+
+def test_wait_ready_reports_a_standby_that_has_started_up():
+    judges = WarmJudges({"cpu": 1})
+    try:
+        judges.fill()
+        # Just started (an interpreter and torch take seconds): a cancelled wait returns at once.
+        t0 = time.monotonic()
+        assert not judges.wait_ready("cpu", 30, cancelled=lambda: True)
+        assert time.monotonic() - t0 < 5
+        assert judges.wait_ready("cpu", 120)
+        assert all(j.ready for j in judges._ready["cpu"])
+        assert judges.wait_ready("cuda:7", 0.1)  # no standbys kept for it: nothing to wait for
+    finally:
+        judges.close()
