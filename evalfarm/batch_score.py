@@ -63,8 +63,9 @@ def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: 
         started = build_all_ahead(items)
         if started:
             log.info("building %d candidates' extensions ahead, in parallel", started)
-        # Each judge (one per candidate) starts while the one before it scores.
-        judges = WarmJudges({config.device: 1}) if len(items) > 1 else None
+        # On a GPU, each judge (one per candidate) starts while the one before it scores; a CPU
+        # evaluation uses every core, so there it would only compete (docs/benchmarks.md).
+        judges = WarmJudges({config.device: 1}) if len(items) > 1 and config.device != "cpu" else None
         try:
             yield from score_items(items, judges)
         finally:
