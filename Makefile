@@ -25,9 +25,12 @@ farm-demo: $(STAMP)
 	$(PY) -m evalfarm.demo
 
 # The whole CPU test suite (GPU tests are skipped without a GPU).
+# Test processes (pytest-xdist); tests marked `exclusive` run alone.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not gpu and not long" --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not gpu and not long" --durations=30
 
 # Experiment-sized end-to-end runs (tens of minutes on 2 cores).
 test-long: $(STAMP)

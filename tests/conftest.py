@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,14 +41,49 @@ def data_dir() -> Path:
     return DATA
 
 
+def _xdist_run() -> str:
+    """The id shared by every worker of one ``pytest -n N`` run ("" without xdist)."""
+    return os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+
+
 @pytest.fixture(scope="session")
 def build_pool(tmp_path_factory: pytest.TempPathFactory):
-    """One build pool (and extension cache) for the whole session, so each extension compiles once."""
+    """One build pool per session over one extension cache per run (shared by the xdist workers,
+    as daemons share one), so each extension compiles once."""
     from evalfarm.build import BuildPool
 
-    pool = BuildPool(max_workers=1, cache_dir=tmp_path_factory.mktemp("ext-cache"))
+    if _xdist_run():
+        cache = tmp_path_factory.getbasetemp().parent / "ext-cache-shared"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("ext-cache")
+    pool = BuildPool(max_workers=1, cache_dir=cache)
     yield pool
     pool.close()
+
+
+@pytest.fixture(autouse=True)
+def _exclusive_when_marked(request: pytest.FixtureRequest):
+    """Under xdist, a test marked ``exclusive`` runs while no other test of the run does (it
+    checks host-wide state, such as the run directories in the temp root); every other test
+    holds a shared lock. A gate lock keeps new shared holders out while an exclusive test waits."""
+    run = _xdist_run()
+    if not run:
+        yield
+        return
+    base = os.path.join(tempfile.gettempdir(), f"evalfarm-tests-{run}")
+    os.makedirs(base, exist_ok=True)
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with open(os.path.join(base, "gate"), "a") as gate, open(os.path.join(base, "tests"), "a") as tests:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(tests, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(tests, fcntl.LOCK_UN)
 
 
 @pytest.fixture

@@ -204,6 +204,7 @@ def _run_dirs() -> set[str]:
     return found
 
 
+@pytest.mark.exclusive  # compares the temp root's run directories before and after
 def test_a_detached_process_dies_with_the_verdict_and_no_file_is_left(task, build_pool):
     # Findings 7 and 8: a setsid()'d child outlived an OK verdict; temp dirs and arenas stayed.
     marker = "evalfarm-escape-" + secrets.token_hex(6)

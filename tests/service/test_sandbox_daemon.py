@@ -40,6 +40,7 @@ def _run_dirs() -> set[str]:
     return found
 
 
+@pytest.mark.exclusive  # compares the temp root's run directories before and after
 def test_daemon_sigkill_leaves_no_process_and_the_next_daemon_sweeps_its_files(spawn_daemon, data_dir):
     from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 
