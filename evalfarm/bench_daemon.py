@@ -29,13 +29,14 @@ import logging
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from evalfarm.server.local import LocalDaemon, LocalDaemonError
 
 log = logging.getLogger("evalfarm.bench_daemon")
 
@@ -78,41 +79,6 @@ def build_stream(device: str, n: int, group: int) -> list[StreamItem]:
             stream.append(dataclasses.replace(it, source=it.source + f"\n# bench-daemon sample {len(stream)}\n"))
         t += 1
     return stream
-
-
-class OwnedDaemon:
-    """One `evalfarm serve` on loopback, started and reaped here (its whole process group)."""
-
-    def __init__(self, device: str, cache_dir: str, log_path: Path, timeout_s: float = 180.0,
-                 warm_judges: int | None = None) -> None:
-        from evalfarm.server.cli import wait_for_listening_port
-
-        cmd = [sys.executable, "-m", "evalfarm", "serve", "--port", "0", "--host", "127.0.0.1",
-               "--cache-dir", cache_dir, "--log-level", "WARNING", "--exit-with-parent"]
-        cmd += ["--gpus", "all"] if device.startswith("cuda") else ["--device", "cpu", "--slots", "1"]
-        if warm_judges is not None:
-            cmd += ["--warm-judges", str(warm_judges)]
-        with open(log_path, "a") as err:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
-        port = wait_for_listening_port(self.proc, timeout_s)
-        if port is None:
-            self.stop()
-            raise SystemExit(f"the daemon did not start within {timeout_s:.0f} s; see {log_path}")
-        self.endpoint = f"127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 class Sampler(threading.Thread):
@@ -301,8 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp:
         try:
             if not args.endpoint:
-                daemon = OwnedDaemon(args.device, os.path.join(tmp, "cache"), args.out / "daemon.log",
-                                     warm_judges=args.warm_judges)
+                extra = ["--warm-judges", str(args.warm_judges)] if args.warm_judges is not None else []
+                try:
+                    daemon = LocalDaemon(device="cuda" if gpu else "cpu", cache_dir=os.path.join(tmp, "cache"),
+                                         log_path=args.out / "daemon.log", args=extra, start_timeout_s=180.0)
+                except LocalDaemonError as err:
+                    raise SystemExit(str(err)) from None
             client = FarmClient([args.endpoint or daemon.endpoint], default_deadline_s=args.timeout)
             sampler = Sampler(client, args.sample_every, gpu)
             t0 = time.monotonic()

@@ -24,11 +24,8 @@ import collections
 import dataclasses
 import enum
 import logging
-import os
 import random
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -131,62 +128,46 @@ def host_has_gpu() -> bool:
 
 
 class LocalDaemons:
-    """`evalfarm serve` processes on loopback, owned by this object."""
+    """`evalfarm serve` processes on loopback, owned by this object (evalfarm.server.local)."""
 
     def __init__(self, count: int, *, device: str, slots: int, cache_dir: Path, log_dir: Path,
                  start_timeout_s: float = 120.0, kernelbench_root: str | None = None) -> None:
-        from evalfarm.server.cli import wait_for_listening_port
+        from evalfarm.server.local import LocalDaemon, LocalDaemonError
 
         if count < 1:
             raise FarmError("local_daemons must be >= 1 when no farm endpoints are configured")
         if device == "auto":
             device = "cuda" if host_has_gpu() else "cpu"
         self.device = device
-        self.procs: list[subprocess.Popen[str]] = []
-        self.endpoints: list[str] = []
-        log_dir.mkdir(parents=True, exist_ok=True)
+        self.daemons: list[LocalDaemon] = []
+        # Resolve the learner's own task set, not the built-in suite.
+        args = ["--kernelbench-root", str(kernelbench_root)] if kernelbench_root else []
         try:
             for i in range(count):
-                cmd = [sys.executable, "-m", "evalfarm", "serve", "--port", "0", "--host", "127.0.0.1",
-                       "--cache-dir", str(cache_dir), "--log-level", "WARNING", "--exit-with-parent"]
-                cmd += ["--gpus", "all"] if device == "cuda" else ["--device", "cpu", "--slots", str(slots)]
-                if kernelbench_root:  # resolve the learner's own task set, not the built-in suite
-                    cmd += ["--kernelbench-root", str(kernelbench_root)]
-                err = open(log_dir / f"daemon-{i}.log", "a")  # noqa: SIM115 - owned by the process
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
-                                        start_new_session=True)
-                err.close()
-                self.procs.append(proc)
-                port = wait_for_listening_port(proc, start_timeout_s)
-                if port is None:
-                    raise FarmError(f"local farm daemon {i} did not start within {start_timeout_s:.0f}s; "
-                                    f"see {log_dir / f'daemon-{i}.log'}")
-                self.endpoints.append(f"127.0.0.1:{port}")
+                self.daemons.append(LocalDaemon(device=device, slots=slots, cache_dir=cache_dir,
+                                                log_path=log_dir / f"daemon-{i}.log", args=args,
+                                                start_timeout_s=start_timeout_s))
+        except LocalDaemonError as err:
+            self.stop()
+            raise FarmError(f"local farm daemon {len(self.daemons)}: {err}") from None
         except BaseException:
             self.stop()
             raise
         log.info("started %d local farm daemon(s) on %s (%s)", count, ", ".join(self.endpoints), device)
 
+    @property
+    def endpoints(self) -> list[str]:
+        return [d.endpoint for d in self.daemons]
+
+    @property
+    def procs(self) -> list[subprocess.Popen[str]]:
+        return [d.proc for d in self.daemons]
+
     def stop(self, timeout_s: float = 30.0) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + timeout_s
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=10)
-            if proc.stdout is not None:
-                proc.stdout.close()
-        self.procs = []
+        from evalfarm.server.local import stop_all
+
+        stop_all(self.daemons, timeout_s)
+        self.daemons = []
 
 
 @dataclasses.dataclass

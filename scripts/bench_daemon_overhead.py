@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,23 +30,10 @@ sys.path.insert(0, str(REPO))
 
 from evalfarm import scoring  # noqa: E402
 from evalfarm.config import ScoreConfig  # noqa: E402
-from evalfarm.server.cli import wait_for_listening_port  # noqa: E402
+from evalfarm.server.local import LocalDaemon  # noqa: E402
 from evalfarm.tasks import builtin_suite  # noqa: E402
 from evalfarm.v1 import evalfarm_pb2 as pb  # noqa: E402
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc  # noqa: E402
-
-
-def start_daemon(cache_dir: str, timeout: float = 60.0) -> tuple[subprocess.Popen[str], int]:
-    cmd = [sys.executable, "-m", "evalfarm.server", "--port", "0", "--device", "cpu", "--slots", "1",
-           "--cache-dir", cache_dir, "--log-level", "WARNING"]
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    port = wait_for_listening_port(proc, timeout)
-    if port is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        raise SystemExit("daemon did not start")
-    return proc, port
 
 
 def main() -> int:
@@ -77,9 +62,9 @@ def main() -> int:
     verdict = res.verdict.value
 
     with tempfile.TemporaryDirectory() as cache_dir:
-        proc, port = start_daemon(cache_dir)
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        with LocalDaemon(device="cpu", slots=1, cache_dir=cache_dir, env=env, start_timeout_s=60) as daemon:
+            with grpc.insecure_channel(daemon.endpoint) as ch:
                 stub = pb_grpc.EvalFarmStub(ch)
                 req = pb.ScoreRequest(task=pb.TaskRef(name=args.task), options=options, no_cache=True,
                                       candidate=pb.Candidate(source=cand.source.encode(), sample_id="b"))
@@ -96,13 +81,6 @@ def main() -> int:
                     t0 = time.perf_counter()
                     stub.Score(req, timeout=60)
                     cached.append(time.perf_counter() - t0)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
 
     lm, rm = statistics.median(local), statistics.median(remote)
     cm = statistics.median(cached)

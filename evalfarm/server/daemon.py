@@ -201,11 +201,12 @@ class Daemon:
 async def run_daemon(config: ServerConfig, ready: Any = None) -> int:
     daemon = Daemon(config)
     await daemon.start()
-    if ready is not None:
-        ready(daemon)
     loop = asyncio.get_running_loop()
+    # Before announcing the port: a supervisor may send SIGTERM as soon as it reads it.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.request_stop)
+    if ready is not None:
+        ready(daemon)
     try:
         await daemon.serve_until_stopped()
     finally:
