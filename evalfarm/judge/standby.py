@@ -100,9 +100,8 @@ class JudgeProcess:
             pass
 
     def kill(self) -> None:
-        """SIGKILL the judge's and its workers' process groups (the workers also die with the judge)."""
-        if not self.conn.closed:
-            self._drain_reports()
+        """SIGKILL the judge's and its workers' process groups (the workers also die with the judge).
+        Safe from any thread: it reads nothing (the owner's thread may be reading the channel)."""
         for pgid in self.worker_pgids:
             try:
                 os.killpg(pgid, signal.SIGKILL)
@@ -111,8 +110,11 @@ class JudgeProcess:
         sandbox.kill_group(self.proc)
 
     def close(self) -> None:
+        """Kill and remove everything; call from the thread that reads the channel (or a pool's)."""
         if self._closed:
             return
+        if not self.conn.closed:
+            self._drain_reports()  # worker groups reported but not yet read
         self.kill()
         self._closed = True
         self.conn.close()
