@@ -191,7 +191,10 @@ class Worker:
         self.in_arena = Arena.attach(init["in_arena"])
         self.out_arena = Arena.attach(init["out_arena"])
         try:
-            self.isolation += _drop_privileges(init)  # the set-up that needs root is done
+            dropped = _drop_privileges(init)  # the set-up that needs root is done
+            if any(n.startswith("process limit") for n in dropped):  # the cap binds now: the earlier
+                self.isolation = [n for n in self.isolation if not n.startswith("no process limit")]  # note is moot
+            self.isolation += dropped
         except OSError as err:
             self.fail("infra", f"the worker could not drop its privileges: {err}")
         flush_bytes = int(init.get("flush_bytes", 0))

@@ -118,6 +118,9 @@ def test_root_worker_sees_no_judge_and_runs_unprivileged(task, build_pool, plant
     assert ok.verdict is Verdict.OK, ok.detail  # the evidence names what was in force
     assert "PID namespace with its own /proc" in ok.evidence.isolation
     assert any(note.startswith("unprivileged uid 65534") for note in ok.evidence.isolation), ok.evidence.isolation
+    # The process cap binds once the uid is not root; the evidence does not also say it does not.
+    assert "process limit 4096" in ok.evidence.isolation
+    assert not any(note.startswith("no process limit") for note in ok.evidence.isolation), ok.evidence.isolation
 
 
 COMPILE = '''
