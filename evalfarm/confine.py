@@ -13,6 +13,9 @@ What a worker gets, in order (``evalfarm.judge.worker.main`` and ``Worker.run``)
    and PR_SET_NO_NEW_PRIVS. Directories on the way to the interpreter, the project and the
    extension cache that the new uid cannot traverse (``/root``) are masked in the worker's own
    mount namespace by an empty tmpfs with only the needed subtrees bound back read-only.
+   Before that, ``private_scratch``: the worker's own directory (its cwd, ``HOME`` and ``TMPDIR``)
+   and ``/dev/shm`` become size-limited tmpfs mounts of its own, so what it writes there is bounded
+   in total (not only per file) and vanishes with its mount namespace.
 
 Nothing here raises for a refused request: every step returns a note for the evidence.
 """
@@ -33,6 +36,9 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+# Set by enter_namespaces once this process has a mount namespace of its own: mounts made after
+# that are invisible to the host (without one, a mount here would change the host's).
+PRIVATE_MOUNTS = False
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -166,7 +172,9 @@ def enter_namespaces(network: bool = True, pid: bool = True) -> list[str]:
             status = os.WEXITSTATUS(status) - 128
         _exit_like(status)
     die_with_parent(0)  # PID 1 of the new namespace: its parent is outside it, seen as 0
+    global PRIVATE_MOUNTS
     why = _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    PRIVATE_MOUNTS = not why
     if not why:
         why = _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     notes.append("PID namespace with its own /proc" if not why else f"PID namespace, host /proc still visible: {why}")
@@ -250,6 +258,22 @@ def expose_paths(paths: list[str], uid: int, gid: int) -> list[str]:
                 notes.append(f"could not bind {p}: {why}")
         notes.append(f"{blocker} masked (only {', '.join(os.path.relpath(p, blocker) for p in keep)} "
                      "visible, read-only)")
+    return notes
+
+
+def private_scratch(scratch_dir: str, uid: int, gid: int, size_bytes: int) -> list[str]:
+    """Size-limited tmpfs mounts of this process's own over ``scratch_dir`` (entered: the worker's
+    cwd) and ``/dev/shm``, owned by ``uid``/``gid``; only in a private mount namespace."""
+    if not PRIVATE_MOUNTS:
+        return ["no scratch quota: no mount namespace of its own"]
+    mib = max(1, size_bytes >> 20)
+    notes = []
+    why = _mount("tmpfs", scratch_dir, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,uid={uid},gid={gid},size={mib}m")
+    if not why:
+        os.chdir(scratch_dir)  # onto the new mount (the old directory stays the judge's)
+    notes.append(f"own directory a {mib} MiB tmpfs" if not why else f"own directory on the host's disk: {why}")
+    why = _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={mib}m")
+    notes.append(f"/dev/shm a private {mib} MiB tmpfs" if not why else f"host /dev/shm: {why}")
     return notes
 
 

@@ -91,9 +91,13 @@ def tmp_path(tmp_path: Path) -> Path:
     """pytest's ``tmp_path``, reachable by the farm's workers. Run as root, a worker drops to an
     unprivileged uid (evalfarm.confine) and could not write files that a test's candidate uses
     to report what it saw (pytest makes its directories 0700): the test directory is opened to
-    every user, and its two parents made traversable."""
+    every user, and its parents up to the temp root made traversable (pytest-of-<user>, pytest-N,
+    and under xdist popen-gwN: a worker masks a directory it cannot traverse, evalfarm.confine)."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        for parent in list(tmp_path.parents)[:2]:
+        temp_root = Path(tempfile.gettempdir()).resolve()
+        for parent in tmp_path.resolve().parents:
+            if parent == temp_root or temp_root not in parent.parents:
+                break
             parent.chmod(parent.stat().st_mode | 0o711)
         tmp_path.chmod(0o777)
     return tmp_path

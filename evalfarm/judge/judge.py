@@ -557,7 +557,7 @@ class Judge:
         isolation = ready.get("isolation", [])
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
-        self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:8])]
+        self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:16])]
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
         if self._before_rounds is not None:

@@ -8,6 +8,7 @@ to check that the runtime layer holds on its own.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -197,6 +198,25 @@ def test_filling_the_disk_past_the_file_size_limit_fails(task, build_pool):
     assert r.verdict is Verdict.RUNTIME_ERROR, (r.verdict, r.detail)
     assert r.speedup is None
     assert "File too large" in r.detail or "SIGXFSZ" in r.detail, r.detail
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="private tmpfs mounts need a mount namespace (root)")
+def test_many_small_files_stop_at_the_scratch_quota_and_leave_nothing(task, build_pool, tmp_path):
+    # Finding 8: limits bounded single files, not totals. As root the worker's own directory and
+    # /dev/shm are tmpfs mounts of its own, each as large as the file-size limit (16 MiB here).
+    report = tmp_path / "filled"
+    os.chmod(tmp_path, 0o777)
+    source = (RUNTIME / "scratch_filler.py").read_text().replace('REPORT_PATH = ""', f"REPORT_PATH = {str(report)!r}")
+    shm_before = set(os.listdir("/dev/shm"))
+    r = score_attack(task, source, build_pool, QUICK.replace(file_size_limit_bytes=16 << 20))
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
+    assert "own directory a 16 MiB tmpfs" in r.evidence.isolation, r.evidence.isolation
+    assert "/dev/shm a private 16 MiB tmpfs" in r.evidence.isolation
+    filled = {line.split()[0]: (int(line.split()[1]), line.split(None, 2)[2]) for line in report.read_text().splitlines()}
+    assert len(filled) == 2, filled
+    for where, (written, why) in filled.items():
+        assert written <= 16 << 20 and "No space left" in why, (where, written, why)
+    assert not {n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("fill-")}
 
 
 @pytest.mark.parametrize("attack", ["forward_hook_steal_reference.py", "forward_hook_slow_reference.py",
