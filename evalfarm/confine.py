@@ -261,14 +261,30 @@ def expose_paths(paths: list[str], uid: int, gid: int) -> list[str]:
     return notes
 
 
-def private_scratch(scratch_dir: str, uid: int, gid: int, size_bytes: int) -> list[str]:
+def private_scratch(scratch_dir: str, uid: int, gid: int, size_bytes: int, keep: tuple[str, ...] = ()) -> list[str]:
     """Size-limited tmpfs mounts of this process's own over ``scratch_dir`` (entered: the worker's
-    cwd) and ``/dev/shm``, owned by ``uid``/``gid``; only in a private mount namespace."""
+    cwd) and ``/dev/shm``, owned by ``uid``/``gid``; only in a private mount namespace. The
+    subdirectories named in ``keep`` stay the host's (bound back into the tmpfs), for what the
+    judge must read afterwards."""
     if not PRIVATE_MOUNTS:
         return ["no scratch quota: no mount namespace of its own"]
     mib = max(1, size_bytes >> 20)
     notes = []
+    kept: dict[str, int] = {}
+    for name in keep:
+        path = os.path.join(scratch_dir, name)
+        os.makedirs(path, exist_ok=True)
+        os.chown(path, uid, gid)
+        kept[name] = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     why = _mount("tmpfs", scratch_dir, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,uid={uid},gid={gid},size={mib}m")
+    for name, fd in kept.items():
+        if not why:
+            target = os.path.join(scratch_dir, name)
+            os.makedirs(target, exist_ok=True)
+            bound = _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
+            if bound:
+                notes.append(f"{name} not kept on the host's disk: {bound}")
+        os.close(fd)
     if not why:
         os.chdir(scratch_dir)  # onto the new mount (the old directory stays the judge's)
     notes.append(f"own directory a {mib} MiB tmpfs" if not why else f"own directory on the host's disk: {why}")

@@ -38,6 +38,7 @@ def test_identical_candidate_is_ok_near_one(task, data_dir, build_pool):
     assert r.evidence.versions["torch"]
 
 
+@pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores
 def test_faster_variant_scores_above_one(task, data_dir, build_pool):
     r = _score(task, data_dir, "cand_fast.py", build_pool)
     assert r.verdict is Verdict.OK, r.detail

@@ -577,7 +577,11 @@ class Judge:
         spec = diagnose.write_inputs(self.arenas[CANDIDATE, "in"], inputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        worker_dir = os.path.join(self._tmp, CANDIDATE, "profile")
+        # Beside the worker's own directory, not in it: as root that one is a tmpfs of the worker's
+        # mount namespace (evalfarm.confine.private_scratch), which the judge cannot see.
+        worker_dir = os.path.join(self._tmp, "candidate-profile")
+        os.makedirs(worker_dir, exist_ok=True)
+        os.chmod(worker_dir, 0o777)  # the worker may run as an unprivileged uid
         self._resume(CANDIDATE)
         try:
             wire.send_json(self.cand.conn, {"op": "profile", "in": spec, "dir": worker_dir})

@@ -75,7 +75,8 @@ def _drop_privileges(init: dict[str, Any]) -> list[str]:
 
     needed = confine.needed_paths() + ([str(init["cache_dir"])] if init.get("cache_dir") else [])
     # The total it may write (its directory, /dev/shm) is bounded like one file is.
-    notes = confine.private_scratch(os.getcwd(), *who, int(init["limits"]["file_size_bytes"]))
+    # An extension the worker builds for itself stays where the judge checks its symbols.
+    notes = confine.private_scratch(os.getcwd(), *who, int(init["limits"]["file_size_bytes"]), keep=("evalfarm-ext",))
     notes += confine.drop_privileges(*who, writable=[os.getcwd()], needed=needed)
     why = limit_processes()  # RLIMIT_NPROC binds now that the uid is not root
     return [*notes, f"process limit {MAX_PROCESSES}" if not why else f"no process limit: {why}"]
