@@ -98,9 +98,9 @@ class FakeBackend:
     force_verdict: str | None = None
 
     def __call__(self, task: Task, candidate: Candidate, config: ScoreConfig, build_pool: Any) -> FakeEvaluation:
-        self.started += 1
         ev = FakeEvaluation(task, candidate, config, self.speedups, self.force_verdict)
         self.evaluations.append(ev)
+        self.started += 1  # counted after the append: a test that sees started == n may read evaluations[n - 1]
         return ev
 
 
