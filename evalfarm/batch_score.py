@@ -65,7 +65,9 @@ def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: 
             log.info("building %d candidates' extensions ahead, in parallel", started)
         # On a GPU, each judge (one per candidate) starts while the one before it scores; a CPU
         # evaluation uses every core, so there it would only compete (docs/benchmarks.md).
-        judges = WarmJudges({config.device: 1}) if len(items) > 1 and config.device != "cpu" else None
+        pool = build_pool if build_pool is not None else scoring.default_build_pool()
+        judges = (WarmJudges({config.device: 1}, cache_dir=str(pool.cache_dir))
+                  if len(items) > 1 and config.device != "cpu" else None)
         try:
             yield from score_items(items, judges)
         finally:

@@ -1,10 +1,13 @@
 #!/usr/bin/env python
-"""The sandbox's cost per candidate: the same evaluation with the worker sandbox on and off.
+"""The sandbox's cost per candidate: the same evaluation under each worker sandbox setting.
 
-"on" is the default (as root: own PID, mount and network namespaces, uid 65534; not root: what
-the host allows); "off" sets EVALFARM_WORKER_PIDNS=0, EVALFARM_WORKER_NETNS=0 and
-EVALFARM_SANDBOX_UID=off. The settings alternate (on, off, on, off, ...) so that drift on a shared
-machine falls on both; each evaluation is fresh (new judge and workers). Prints medians of the
+Settings (``--settings``, default all three where bubblewrap is usable):
+* ``bubblewrap``: EVALFARM_SANDBOX=bubblewrap (evalfarm.bubblewrap);
+* ``builtin``: EVALFARM_SANDBOX=builtin, the fallback (as root: own PID, mount and network
+  namespaces, uid 65534; not root: what the host allows);
+* ``off``: builtin with EVALFARM_WORKER_PIDNS=0, EVALFARM_WORKER_NETNS=0, EVALFARM_SANDBOX_UID=off.
+The settings take turns (bubblewrap, builtin, off, bubblewrap, ...) so that drift on a shared
+machine falls on all; each evaluation is fresh (new judge and workers). Prints medians of the
 evaluation's wall time and of its phases, and what evidence.isolation said was in force.
 
     .venv/bin/python scripts/bench_sandbox_cost.py --task L1/1 --kind fast --repeats 5
@@ -27,7 +30,13 @@ from evalfarm import scoring  # noqa: E402
 from evalfarm.config import ScoreConfig  # noqa: E402
 from evalfarm.tasks import builtin_suite  # noqa: E402
 
-OFF = {"EVALFARM_WORKER_PIDNS": "0", "EVALFARM_WORKER_NETNS": "0", "EVALFARM_SANDBOX_UID": "off"}
+SETTINGS = {
+    "bubblewrap": {"EVALFARM_SANDBOX": "bubblewrap"},
+    "builtin": {"EVALFARM_SANDBOX": "builtin"},
+    "off": {"EVALFARM_SANDBOX": "builtin", "EVALFARM_WORKER_PIDNS": "0", "EVALFARM_WORKER_NETNS": "0",
+            "EVALFARM_SANDBOX_UID": "off"},
+}
+KEYS = sorted({k for env in SETTINGS.values() for k in env})
 PHASES = ("judge_setup", "load", "correctness", "timing", "total")
 
 
@@ -39,7 +48,19 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5, help="evaluations per setting")
     ap.add_argument("--inputs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=0.5)
+    ap.add_argument("--settings", default="", help="comma-separated subset of " + ",".join(SETTINGS)
+                    + " (default: all; bubblewrap only where it is usable)")
     args = ap.parse_args()
+    if args.settings:
+        names = [n.strip() for n in args.settings.split(",") if n.strip()]
+        unknown = [n for n in names if n not in SETTINGS]
+        if unknown:
+            ap.error(f"unknown settings {unknown}; expected some of {list(SETTINGS)}")
+    else:
+        from evalfarm import bubblewrap
+
+        usable = bubblewrap.selected()[0] is not None if bubblewrap.mode() != "builtin" else False
+        names = [n for n in SETTINGS if n != "bubblewrap" or usable]
 
     suite = builtin_suite()
     task = suite.load(args.task)
@@ -49,21 +70,21 @@ def main() -> int:
     cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs, timing_budget_s=args.budget,
                       size_profile="small" if args.device == "cpu" else "default")
     pool = scoring.default_build_pool()
-    saved = {k: os.environ.get(k) for k in OFF}
-    walls: dict[str, list[float]] = {"on": [], "off": []}
-    phases: dict[str, dict[str, list[float]]] = {"on": {}, "off": {}}
+    saved = {k: os.environ.get(k) for k in KEYS}
+    walls: dict[str, list[float]] = {n: [] for n in names}
+    phases: dict[str, dict[str, list[float]]] = {n: {} for n in names}
     isolation: dict[str, list[str]] = {}
-    verdicts: dict[str, set[str]] = {"on": set(), "off": set()}
+    verdicts: dict[str, set[str]] = {n: set() for n in names}
+    total = len(names) * args.repeats
     try:
-        for i in range(2 * args.repeats):
-            setting = "on" if i % 2 == 0 else "off"
-            for k, v in OFF.items():
-                if setting == "off":
-                    os.environ[k] = v
-                else:
-                    os.environ.pop(k, None)
-                    if saved[k] is not None:
-                        os.environ[k] = saved[k]
+        for i in range(total):
+            setting = names[i % len(names)]
+            for k in KEYS:
+                os.environ.pop(k, None)
+                if k in SETTINGS[setting]:
+                    os.environ[k] = SETTINGS[setting][k]
+                elif saved[k] is not None:
+                    os.environ[k] = saved[k]
             t0 = time.perf_counter()
             res = scoring.score(task, cand, cfg, build_pool=pool)
             walls[setting].append(time.perf_counter() - t0)
@@ -72,8 +93,7 @@ def main() -> int:
                 if name in res.evidence.phases_s:
                     phases[setting].setdefault(name, []).append(res.evidence.phases_s[name])
             isolation.setdefault(setting, res.evidence.isolation)
-            print(f"{i + 1}/{2 * args.repeats} sandbox {setting}: {walls[setting][-1]:.2f} s, {res.verdict.value}",
-                  flush=True)
+            print(f"{i + 1}/{total} {setting}: {walls[setting][-1]:.2f} s, {res.verdict.value}", flush=True)
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None)
@@ -81,15 +101,13 @@ def main() -> int:
                 os.environ[k] = v
 
     print(f"\ntask {args.task}, variant {variant.label}, device {args.device}, {args.inputs} inputs, "
-          f"budget {args.budget} s, median of {args.repeats} per setting, alternating; uid {os.geteuid()}")
-    print(f"{'median seconds':<16} {'sandbox on':>11} {'off':>8} {'on - off':>9}")
-    rows = [("wall", walls["on"], walls["off"])] + [
-        (name, phases["on"].get(name, []), phases["off"].get(name, [])) for name in PHASES]
-    for name, on, off in rows:
-        if on and off:
-            a, b = statistics.median(on), statistics.median(off)
-            print(f"{name:<16} {a:>11.3f} {b:>8.3f} {a - b:>+9.3f}")
-    print(f"verdicts: on {sorted(verdicts['on'])}, off {sorted(verdicts['off'])}")
+          f"budget {args.budget} s, median of {args.repeats} per setting, taking turns; uid {os.geteuid()}")
+    print(f"{'median seconds':<16}" + "".join(f"{n:>12}" for n in names))
+    for name in ("wall", *PHASES):
+        cols = [walls[n] if name == "wall" else phases[n].get(name, []) for n in names]
+        if all(cols):
+            print(f"{name:<16}" + "".join(f"{statistics.median(c):>12.3f}" for c in cols))
+    print("verdicts: " + ", ".join(f"{n} {sorted(verdicts[n])}" for n in names))
     for setting, notes in isolation.items():
         print(f"isolation ({setting}): " + "; ".join(notes[1:]))
     return 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm import ScoreConfig, Verdict
+from evalfarm import ScoreConfig, Verdict, bubblewrap
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import as_candidate, as_task, score
 
@@ -62,7 +62,12 @@ def test_filesystem_removing_a_file_outside_its_directory(task, build_pool, monk
     with monkeypatch.context() as m:
         m.setattr("evalfarm.scoring.check_candidate_source", lambda *a, **k: [])
         off = score_attack(task, source(lost), build_pool, QUICK)
-    assert not lost.exists(), "the runtime alone let the candidate remove a file outside its directory"
+    if bubblewrap.selected()[0] is not None:
+        # Inside bubblewrap the host's files outside the sandbox's view are not there to remove:
+        # the runtime alone protects them; the rule still refuses before anything runs.
+        assert lost.exists(), "a file outside the bubblewrap view was removed"
+    else:
+        assert not lost.exists(), "the runtime alone let the candidate remove a file outside its directory"
     assert off.verdict is Verdict.OK, (off.verdict, off.detail)
 
 

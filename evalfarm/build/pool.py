@@ -25,11 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalfarm import lifetime, sandbox
+from evalfarm import bubblewrap, confine, lifetime, sandbox
 from evalfarm.build.cache import CacheTampered, ExtensionCache, extension_key
 from evalfarm.build.hook import truncate, uses_inline_extensions
 
 log = logging.getLogger(__name__)
+# /tmp and /dev/shm of a build child inside bubblewrap (its compiler's temporary files go to its
+# run directory, TMPDIR, on the host's disk).
+BUILD_SCRATCH_BYTES = 256 << 20
 
 
 @dataclasses.dataclass
@@ -119,8 +122,11 @@ class BuildPool:
             extra["TORCH_CUDA_ARCH_LIST"] = f"{arch[3:-1]}.{arch[-1]}"
         request = {**request, "arch": arch, "cache_dir": str(self.cache.root), "result_path": result_path,
                    "memory_bytes": 16 << 30}
+        argv = sandbox.python_cmd("evalfarm.build.runner")
+        if request.get("mode") != "toolchain":  # candidate code (discover) or sources (compile)
+            argv = self._sandboxed(argv, tmp, extra)
         proc = subprocess.Popen(
-            sandbox.python_cmd("evalfarm.build.runner"),
+            argv,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
         )
@@ -141,6 +147,22 @@ class BuildPool:
             return (result if isinstance(result, dict) else None), text
         except (OSError, ValueError):
             return None, f"build process exited with code {proc.returncode} without a result\n{text}"
+
+    def _sandboxed(self, argv: list[str], tmp: str, extra: dict[str, str]) -> list[str]:
+        """``argv`` inside bubblewrap where the host has it (evalfarm.bubblewrap; the runner's own
+        namespaces otherwise): the run directory writable, the cache and toolchains read-only."""
+        bwrap, why_not = bubblewrap.selected()
+        if bwrap is None:
+            extra[bubblewrap.NOTE_ENV] = why_not
+            return argv
+        readable = [*confine.needed_paths(), str(self.cache.root)]
+        readable += [p for p in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if p]
+        view = bubblewrap.WorkerView(
+            own_dir=tmp, scratch_bytes=BUILD_SCRATCH_BYTES, readable=tuple(readable),
+            network=os.environ.get("EVALFARM_WORKER_NETNS", "1") == "0", own_dir_tmpfs=False,
+            become_unprivileged=False, shared=bubblewrap.shared_dirs())
+        extra[bubblewrap.INSIDE_ENV] = bubblewrap.describe(view)
+        return bubblewrap.command(bwrap, view, argv)
 
     def _toolchain(self, arch: str, with_cuda: bool, tmp: str, deadline: float) -> dict[str, str]:
         if arch not in self._tools:
@@ -170,6 +192,8 @@ class BuildPool:
                 extensions.append(done)
             return self._count(BuildReport("ok", time.monotonic() - start, truncate(text), extensions,
                                            isolation=[str(x) for x in found.get("isolation", [])][:8]))
+        except bubblewrap.SandboxUnavailable as err:
+            return self._count(BuildReport("error", time.monotonic() - start, str(err)))
         except TimeoutError:
             return self._count(BuildReport(
                 "timeout", time.monotonic() - start,

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from evalfarm import confine, lifetime, sandbox
+from evalfarm import bubblewrap, confine, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
@@ -49,7 +49,17 @@ from evalfarm.judge.arena import Arena, aligned, new_arena_fd
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
 from evalfarm.judge.state import set_clean_state
-from evalfarm.judge.worker import CANDIDATE, REFERENCE, WARM_ENV, data_span, overlaps, storage_span
+from evalfarm.judge.worker import (
+    CANDIDATE,
+    EXT_DIR,
+    KEPT_DIRS,
+    PROFILE_DIR,
+    REFERENCE,
+    WARM_ENV,
+    data_span,
+    overlaps,
+    storage_span,
+)
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
 from evalfarm.tasks.format import Task, instantiate_task
 from evalfarm.tasks.lint import degenerate_reason
@@ -111,7 +121,8 @@ class RoundPlan:
 class WorkerHandle:
     """A worker process (reference or candidate): started in its own session, killed as a group."""
 
-    def __init__(self, device: str, tmp: str, role: str) -> None:
+    def __init__(self, device: str, tmp: str, role: str, cache_dir: str = "",
+                 scratch_bytes: int = sandbox.Limits.file_size_bytes) -> None:
         self.role = role
         os.makedirs(tmp, exist_ok=True)
         self.conn, child_sock = wire.channel_pair()
@@ -128,8 +139,25 @@ class WorkerHandle:
             extra["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(idx)
             extra[WARM_ENV] = "cuda:0"  # the worker creates its CUDA context before its task is known
         self.started_seen = False  # its {"op": "started"} (interpreter, torch, device context ready) was read
+        argv = [*sandbox.python_cmd("evalfarm.judge.worker"), str(fd)]
+        # Raises SandboxUnavailable when bubblewrap is required and cannot be had.
+        bwrap, why_not = bubblewrap.selected()
+        self.bubblewrapped = bwrap is not None
+        if bwrap is not None:
+            for name in KEPT_DIRS:
+                os.makedirs(os.path.join(tmp, name), exist_ok=True)
+            view = bubblewrap.WorkerView(
+                own_dir=tmp, scratch_bytes=scratch_bytes, keep=KEPT_DIRS,
+                readable=tuple(confine.needed_paths() + ([cache_dir] if cache_dir else [])),
+                network=os.environ.get("EVALFARM_WORKER_NETNS", "1") == "0",
+                devices=bubblewrap.gpu_device_nodes() if device.startswith("cuda") else (),
+                shared=bubblewrap.shared_dirs())
+            argv = bubblewrap.command(bwrap, view, argv)
+            extra[bubblewrap.INSIDE_ENV] = bubblewrap.describe(view)
+        else:
+            extra[bubblewrap.NOTE_ENV] = why_not
         self.proc = subprocess.Popen(
-            [*sandbox.python_cmd("evalfarm.judge.worker"), str(fd)],
+            argv,
             pass_fds=(fd, *self.arena_fds.values()), cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )
@@ -155,6 +183,8 @@ class WorkerHandle:
                 code = self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 return f"{self.role} process stopped answering"
+        if self.bubblewrapped and bubblewrap.exit_signal(code) is not None:
+            code = -int(bubblewrap.exit_signal(code) or 0)  # bubblewrap exits with 128 + the signal
         if code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -311,6 +341,18 @@ class StartedWorkers:
     device: str  # the evaluation device they were started for (ScoreConfig.device)
     tmp: str
     workers: list[WorkerHandle]
+    cache_dir: str = ""
+    scratch_bytes: int = sandbox.Limits.file_size_bytes
+
+    def fits(self, device: str, cache_dir: str, scratch_bytes: int) -> bool:
+        """Whether these workers can serve an evaluation with these settings (a bubblewrap
+        sandbox binds the cache and sizes its tmpfs mounts when it starts)."""
+        if device != self.device:
+            return False
+        if not any(w.bubblewrapped for w in self.workers):
+            return True
+        return os.path.abspath(cache_dir) == os.path.abspath(self.cache_dir or "/") \
+            and scratch_bytes == self.scratch_bytes
 
     def close(self) -> None:
         for w in self.workers:
@@ -318,14 +360,17 @@ class StartedWorkers:
         self.workers = []
 
 
-def start_workers(device: str, report_pgid: Any) -> StartedWorkers:
-    """Start the reference and the candidate worker for ``device``; nothing task-specific yet."""
+def start_workers(device: str, report_pgid: Any, cache_dir: str = "",
+                  scratch_bytes: int = sandbox.Limits.file_size_bytes) -> StartedWorkers:
+    """Start the reference and the candidate worker for ``device``; nothing task-specific yet.
+    ``cache_dir`` (the extension cache) and ``scratch_bytes`` (the file-size limit) shape a
+    bubblewrap sandbox, which cannot change once started."""
     tmp = sandbox.make_private_tmp("evalfarm-eval-")
     worker_device = device if device != "cuda" else "cuda:0"
-    started = StartedWorkers(device, tmp, [])
+    started = StartedWorkers(device, tmp, [], cache_dir, scratch_bytes)
     try:
         for role in (REFERENCE, CANDIDATE):
-            started.workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role))
+            started.workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role, cache_dir, scratch_bytes))
             report_pgid(started.workers[-1].proc.pid)
     except BaseException:
         started.close()
@@ -347,7 +392,7 @@ def warm_device(device: str) -> str:
     return ""
 
 
-def wait_for_request(conn: Any, started: StartedWorkers, timeout_s: float) -> dict[str, Any] | None:
+def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float) -> dict[str, Any] | None:
     """Wait for the evaluation request; meanwhile, once both workers report that they started,
     tell the owner ``{"op": "standby_ready"}`` (its evaluations hold their timed rounds until
     their device's standbys are ready, so no start-up competes with them). None: no request came
@@ -355,10 +400,11 @@ def wait_for_request(conn: Any, started: StartedWorkers, timeout_s: float) -> di
     from multiprocessing.connection import wait
 
     deadline = time.monotonic() + timeout_s
-    by_conn = {w.conn: w for w in started.workers}
+    workers = started.workers if started is not None else []
+    by_conn = {w.conn: w for w in workers}
     announced = False
     while True:
-        waiting = [w.conn for w in started.workers if not w.started_seen]
+        waiting = [w.conn for w in workers if not w.started_seen]
         if not waiting and not announced:
             wire.send_json(conn, {"op": "standby_ready"})
             announced = True
@@ -405,12 +451,16 @@ class Judge:
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
         started = self._started
-        if started is not None and started.device != self.config.device:
-            started.close()  # started for another device: not usable for this request
+        scratch = self.config.file_size_limit_bytes
+        if started is not None and not started.fits(self.config.device, self.cache_dir, scratch):
+            started.close()  # started for another device or sandbox: not usable for this request
             sandbox.wipe(started.tmp)
             started = None
         if started is None:
-            started = start_workers(self.config.device, self.report_pgid)
+            try:
+                started = start_workers(self.config.device, self.report_pgid, self.cache_dir, scratch)
+            except bubblewrap.SandboxUnavailable as err:
+                return self._result(Verdict.INFRA_ERROR, None, str(err))
         tmp = self._tmp = started.tmp
         workers = started.workers
         arenas: list[Arena] = []
@@ -549,15 +599,12 @@ class Judge:
         if ready.get("op") != "ready":
             self._raise_worker_error(ready, self.ref)
         ready = self._recv(self.cand, cfg.load_timeout_s, "loading the candidate")
+        self._note_isolation(ready)  # also when the load failed: the evidence names what was in force
         if ready.get("op") != "ready":
             self._raise_worker_error(ready, self.cand)
         self._stop(REFERENCE)
         self._stop(CANDIDATE)
         self.evidence.build["worker_extensions"] = ready.get("extensions", [])
-        isolation = ready.get("isolation", [])
-        if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
-            raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
-        self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:16])]
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
         if self._before_rounds is not None:
@@ -577,9 +624,9 @@ class Judge:
         spec = diagnose.write_inputs(self.arenas[CANDIDATE, "in"], inputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        # Beside the worker's own directory, not in it: as root that one is a tmpfs of the worker's
-        # mount namespace (evalfarm.confine.private_scratch), which the judge cannot see.
-        worker_dir = os.path.join(self._tmp, "candidate-profile")
+        # A subdirectory of the worker's own directory that stays the host's (the rest of that
+        # directory is a tmpfs of the worker's mount namespace, which the judge cannot see).
+        worker_dir = os.path.join(self._tmp, CANDIDATE, PROFILE_DIR)
         os.makedirs(worker_dir, exist_ok=True)
         os.chmod(worker_dir, 0o777)  # the worker may run as an unprivileged uid
         self._resume(CANDIDATE)
@@ -639,7 +686,7 @@ class Judge:
             if len(key) != 64 or not key.isalnum() or not name.isidentifier():
                 raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed extension report")
             so = cache.lookup(key, name)  # verified against its recorded hashes
-            private = os.path.join(self._tmp, CANDIDATE, "evalfarm-ext", key, f"{name}.so")
+            private = os.path.join(self._tmp, CANDIDATE, EXT_DIR, key, f"{name}.so")
             if so is None and os.path.isfile(private):
                 so = private  # built by the worker for itself (no verified cache entry)
             if so is None:
@@ -955,6 +1002,12 @@ class Judge:
                 raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker sent a bad message: {err}") from None
             raise Verdicted(Verdict.HACK_DETECTED, f"guard worker_protocol: {err}") from None
 
+    def _note_isolation(self, msg: dict[str, Any]) -> None:
+        isolation = msg.get("isolation", [])
+        if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
+            raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
+        self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:16])]
+
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         raise Verdicted(*worker_error_verdict(msg, worker.role))
 
@@ -1033,16 +1086,22 @@ def main() -> None:
         wire.send_json(conn, {"op": "worker", "pgid": pgid})
 
     # Everything that does not depend on the evaluation happens before its request arrives.
-    started = start_workers(args.device, report_pgid)
+    try:
+        started: StartedWorkers | None = start_workers(args.device, report_pgid, args.cache_dir)
+    except bubblewrap.SandboxUnavailable as err:
+        started = None  # the evaluation tries again and reports why it cannot
+        hardening = [*hardening, str(err)]
     note = warm_device(args.device)
     if note:
         hardening = [*hardening, note]
     request = wait_for_request(conn, started, args.request_timeout)
     if request is None:
         # A standby nobody took, an owner that went away, or a worker that died: nothing to report.
-        started.close()
+        if started is not None:
+            started.close()
         lifetime.kill_descendants()
-        sandbox.wipe(started.tmp)
+        if started is not None:
+            sandbox.wipe(started.tmp)
         return
 
     def before_rounds() -> None:
@@ -1072,6 +1131,8 @@ def _parse_args(argv: list[str]) -> Any:
     parser.add_argument("--device", required=True, help="the evaluation device (cpu, cuda, cuda:N)")
     parser.add_argument("--request-timeout", type=float, default=60.0,
                         help="seconds to wait for the evaluation request before exiting")
+    parser.add_argument("--cache-dir", default="",
+                        help="the extension cache the evaluation will use (bound read-only into a bubblewrap sandbox)")
     return parser.parse_args(argv)
 
 

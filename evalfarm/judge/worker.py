@@ -37,6 +37,8 @@ import time
 import traceback
 from typing import Any
 
+from evalfarm.bubblewrap import INSIDE_ENV, NOTE_ENV
+
 # Trusted primitives, bound before any task or candidate code can rebind them.
 _perf_ns = time.perf_counter_ns
 _CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert", "illegal memory access",
@@ -44,6 +46,12 @@ _CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert",
                        "misaligned address", "illegal instruction")
 
 REFERENCE, CANDIDATE = "reference", "candidate"
+# The subdirectory of a worker's own directory that stays on the host's disk: an extension the
+# worker builds for itself goes there, and the judge checks its symbols afterwards.
+EXT_DIR = "evalfarm-ext"
+# Likewise the directory a --profile trace is written to.
+PROFILE_DIR = "candidate-profile"
+KEPT_DIRS = (EXT_DIR, PROFILE_DIR)
 # Set by the judge to the device whose context a worker creates while it waits for its task.
 WARM_ENV = "EVALFARM_WORKER_WARM"
 # The reference's quiet-GPU wait: a probe counts as quick within QUIET_FACTOR times its idle
@@ -74,9 +82,11 @@ def _drop_privileges(init: dict[str, Any]) -> list[str]:
     from evalfarm.sandbox import MAX_PROCESSES, limit_processes
 
     needed = confine.needed_paths() + ([str(init["cache_dir"])] if init.get("cache_dir") else [])
-    # The total it may write (its directory, /dev/shm) is bounded like one file is.
+    # The total it may write (its directory, /dev/shm) is bounded like one file is (inside
+    # bubblewrap, which mounted them already, so is /tmp).
     # An extension the worker builds for itself stays where the judge checks its symbols.
-    notes = confine.private_scratch(os.getcwd(), *who, int(init["limits"]["file_size_bytes"]), keep=("evalfarm-ext",))
+    notes = [] if os.environ.get(INSIDE_ENV) else \
+        confine.private_scratch(os.getcwd(), *who, int(init["limits"]["file_size_bytes"]), keep=KEPT_DIRS)
     notes += confine.drop_privileges(*who, writable=[os.getcwd()], needed=needed)
     why = limit_processes()  # RLIMIT_NPROC binds now that the uid is not root
     return [*notes, f"process limit {MAX_PROCESSES}" if not why else f"no process limit: {why}"]
@@ -146,7 +156,7 @@ class Worker:
         self.wire.send_json(self.conn, msg)
 
     def fail(self, kind: str, detail: str, **extra: Any) -> None:
-        self.send({"op": "error", "kind": kind, "detail": detail[-8000:], **extra})
+        self.send({"op": "error", "kind": kind, "detail": detail[-8000:], "isolation": self.isolation, **extra})
         self.conn.close()
         os._exit(0)
 
@@ -409,8 +419,14 @@ def main() -> None:
     from evalfarm import confine
     from evalfarm.sandbox import isolate_process
 
-    isolation = confine.enter_namespaces(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0",
-                                         pid=os.environ.get(confine.PIDNS_ENV, "1") != "0")
+    inside = os.environ.get(INSIDE_ENV, "")
+    if inside:  # bubblewrap made the namespaces and the filesystem (evalfarm.bubblewrap)
+        isolation = [inside]
+    else:
+        isolation = confine.enter_namespaces(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0",
+                                             pid=os.environ.get(confine.PIDNS_ENV, "1") != "0")
+        if os.environ.get(NOTE_ENV):
+            isolation.append(os.environ[NOTE_ENV])
     isolation += isolate_process(network=False)
     worker = Worker(fd, isolation)
     worker.run()

@@ -58,15 +58,16 @@ class Daemon:
         self._own_pool = False
         self.judges: Any = None  # judge processes started ahead of need (evalfarm.judge.standby)
         if backend is None:
+            if build_pool is None:
+                build_pool = self._make_build_pool()
             per_slot = config.standby_judges_per_slot
             if per_slot > 0:
                 from evalfarm.judge.standby import WarmJudges
 
-                self.judges = WarmJudges(dict(collections.Counter(config.devices * per_slot)))
+                self.judges = WarmJudges(dict(collections.Counter(config.devices * per_slot)),
+                                         cache_dir=str(getattr(build_pool, "cache_dir", "") or ""))
                 self.metrics.watch_warm_judges(self.judges.stats)
             backend = default_backend(self.judges)
-            if build_pool is None:
-                build_pool = self._make_build_pool()
         self.build_pool = build_pool
         if build_pool is not None and hasattr(build_pool, "stats"):
             self.metrics.watch_build_pool(build_pool.stats)

@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from attack_scoring import RUNTIME
+from attack_scoring import RUNTIME, host_channel
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge.arena import Arena
@@ -21,18 +21,20 @@ QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=1.0, min_timed_ro
 
 def test_two_concurrent_evaluations_cannot_reach_each_others_arenas(data_dir, build_pool, tmp_path):
     task = as_task(str(data_dir / "task_scale.py"))
-    report = tmp_path / "seen"
-    source = (RUNTIME / "arena_neighbour.py").read_text().replace('REPORT_PATH = ""', f"REPORT_PATH = {str(report)!r}")
-    attacker = start(task, as_candidate(source), QUICK, build_pool)
-    honest = start(task, as_candidate(str(data_dir / "cand_fast.py")), QUICK, build_pool)
-    a, h = attacker.result(600), honest.result(600)
+    with host_channel() as shared:
+        report = shared / "seen"
+        source = (RUNTIME / "arena_neighbour.py").read_text().replace('REPORT_PATH = ""', f"REPORT_PATH = {str(report)!r}")
+        attacker = start(task, as_candidate(source), QUICK, build_pool)
+        honest = start(task, as_candidate(str(data_dir / "cand_fast.py")), QUICK, build_pool)
+        a, h = attacker.result(600), honest.result(600)
+        seen = report.read_text()
     # The attacker held no arena descriptor (it raises naming any it finds, after NaN-filling it)
     # and its neighbour scored as an honest candidate does.
     assert a.verdict is Verdict.OK, (a.verdict, a.detail)
     assert h.verdict is Verdict.OK, (h.verdict, h.detail)
     # Its own arenas are unnamed memfds, so the neighbour's (made the same way) have no name in
     # /dev/shm either. (Names it saw there, if any, are other people's: this code makes none.)
-    mapped = [line.split(" ", 1)[1] for line in report.read_text().splitlines() if line.startswith("mapped ")]
+    mapped = [line.split(" ", 1)[1] for line in seen.splitlines() if line.startswith("mapped ")]
     assert mapped and all(m.startswith("/memfd:evalfarm-arena") for m in mapped), mapped
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from attack_scoring import RUNTIME, score_attack, stale_memory_attack
+from attack_scoring import RUNTIME, own_network_namespace, score_attack, stale_memory_attack
 
-from evalfarm import ScoreConfig, Verdict
+from evalfarm import ScoreConfig, Verdict, bubblewrap
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import as_task
 
@@ -141,7 +142,7 @@ def test_network_connection_from_forward_fails_in_the_namespace(task, build_pool
         port = server.getsockname()[1]
         source = (RUNTIME / "network_connect.py").read_text().replace("PORT = 0", f"PORT = {port}")
         r = _score(task, source, build_pool)
-        if "network namespace" not in r.evidence.isolation:
+        if not own_network_namespace(r.evidence.isolation):
             pytest.skip(f"no network namespace on this machine: {r.evidence.isolation or r.detail}")
         try:
             conn, _ = server.accept()
@@ -200,26 +201,39 @@ def test_filling_the_disk_past_the_file_size_limit_fails(task, build_pool):
     assert "File too large" in r.detail or "SIGXFSZ" in r.detail, r.detail
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="private tmpfs mounts need a mount namespace (root)")
-def test_many_small_files_stop_at_the_scratch_quota_and_leave_nothing(task, build_pool, tmp_path):
-    # Finding 8: limits bounded single files, not totals. As root the worker's own directory and
-    # /dev/shm are tmpfs mounts of its own, each as large as the file-size limit (16 MiB here).
-    report = tmp_path / "filled"
-    os.chmod(tmp_path, 0o777)
-    source = (RUNTIME / "scratch_filler.py").read_text().replace('REPORT_PATH = ""', f"REPORT_PATH = {str(report)!r}")
+@pytest.mark.skipif(os.geteuid() != 0 and bubblewrap.selected()[0] is None,
+                    reason="private tmpfs mounts need a mount namespace (root, or bubblewrap)")
+@pytest.mark.parametrize("sandbox_mode", ["auto", "builtin"])
+def test_many_small_files_stop_at_the_scratch_quota_and_leave_nothing(task, build_pool, sandbox_mode, monkeypatch):
+    # Finding 8: limits bounded single files, not totals. The worker's own directory and /dev/shm
+    # (inside bubblewrap also /tmp) are tmpfs mounts of its own, each as large as the file-size
+    # limit (16 MiB here).
+    if sandbox_mode == "builtin" and os.geteuid() != 0:
+        pytest.skip("the built-in sandbox's tmpfs mounts need root")
+    monkeypatch.setenv(bubblewrap.MODE_ENV, sandbox_mode)  # the judge passes it on
     shm_before = set(os.listdir("/dev/shm"))
+    tmp_before = set(os.listdir(tempfile.gettempdir()))
+    source = (RUNTIME / "scratch_filler.py").read_text()
     r = score_attack(task, source, build_pool, QUICK.replace(file_size_limit_bytes=16 << 20))
-    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
-    assert "own directory a 16 MiB tmpfs" in r.evidence.isolation, r.evidence.isolation
-    assert "/dev/shm a private 16 MiB tmpfs" in r.evidence.isolation
-    filled = {line.split()[0]: (int(line.split()[1]), line.split(None, 2)[2]) for line in report.read_text().splitlines()}
+    assert r.verdict is Verdict.LOAD_ERROR and "FILL-REPORT" in r.detail, (r.verdict, r.detail)
+    report = r.detail.split("FILL-REPORT\n", 1)[1].split("END-REPORT", 1)[0]
+    filled = {line.split()[0]: (int(line.split()[1]), line.split(None, 2)[2]) for line in report.splitlines()}
+    inside = any(note.startswith("bubblewrap:") for note in r.evidence.isolation)
+    if inside:
+        assert any("/tmp, /dev/shm and own directory 16 MiB tmpfs each" in n for n in r.evidence.isolation), \
+            r.evidence.isolation
+        assert "/tmp" in filled, filled
+    else:
+        assert "own directory a 16 MiB tmpfs" in r.evidence.isolation, r.evidence.isolation
+        assert "/dev/shm a private 16 MiB tmpfs" in r.evidence.isolation
     # The directory the worker builds extensions in stays on the host's disk, where the judge
     # checks their symbols; the rest of its directory is the tmpfs.
     assert filled.pop("kept-ext")[0] == 1, filled
-    assert len(filled) == 2, filled
+    assert len(filled) == (3 if inside else 2), filled
     for where, (written, why) in filled.items():
         assert written <= 16 << 20 and "No space left" in why, (where, written, why)
     assert not {n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("fill-")}
+    assert not {n for n in set(os.listdir(tempfile.gettempdir())) - tmp_before if n.startswith("fill-")}
 
 
 @pytest.mark.parametrize("attack", ["forward_hook_steal_reference.py", "forward_hook_slow_reference.py",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from attack_scoring import score_attack
 
-from evalfarm import ScoreConfig, Verdict, lifetime
+from evalfarm import ScoreConfig, Verdict, bubblewrap, lifetime
 from evalfarm.scoring import as_task
 
 QUICK = ScoreConfig(num_correctness_inputs=10, timing_budget_s=0.5, min_timed_rounds=14, check_other_sizes=False)
@@ -97,12 +97,17 @@ def test_candidate_finds_no_secret_in_its_or_its_parents_environment(task, build
                                      "CXX", "CC", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "EVALFARM_SANDBOX_UID",
                                      "EVALFARM_WORKER_POISON", "EVALFARM_WORKER_NETNS", "EVALFARM_WORKER_PIDNS",
                                      "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_DEVICE_ORDER",
-                                     "TORCHINDUCTOR_CACHE_DIR"}  # the last one torch sets itself
+                                     "TORCHINDUCTOR_CACHE_DIR",  # torch sets this one itself
+                                     "EVALFARM_SANDBOXED_BY", "EVALFARM_SANDBOX_NOTE",  # the sandbox's evidence note
+                                     "PWD"}  # bubblewrap's --chdir
 
 
 @pytest.mark.skipif(not ROOT, reason="the PID namespace and the uid change need root")
-def test_root_worker_sees_no_judge_and_runs_unprivileged(task, build_pool, planted):
+@pytest.mark.parametrize("sandbox_mode", ["auto", "builtin"])
+def test_root_worker_sees_no_judge_and_runs_unprivileged(task, build_pool, planted, sandbox_mode, monkeypatch):
     # Finding 4: the judge's memory and environment; the worker's parents in /proc.
+    # "auto" is bubblewrap where the host has it; "builtin" is the fallback (evalfarm.confine).
+    monkeypatch.setenv(bubblewrap.MODE_ENV, sandbox_mode)
     secret, token = planted
     r = score_attack(task, SNOOP.replace("TOKEN_PATH", repr(str(token))), build_pool, QUICK)
     found = _found(r.detail)
@@ -116,7 +121,7 @@ def test_root_worker_sees_no_judge_and_runs_unprivileged(task, build_pool, plant
     assert "judge not dumpable" in r.evidence.isolation
     ok = score_attack(task, Path(__file__).parents[1] / "data" / "cand_same.py", build_pool, QUICK)
     assert ok.verdict is Verdict.OK, ok.detail  # the evidence names what was in force
-    assert "PID namespace with its own /proc" in ok.evidence.isolation
+    assert any("PID namespace with its own /proc" in note for note in ok.evidence.isolation), ok.evidence.isolation
     assert any(note.startswith("unprivileged uid 65534") for note in ok.evidence.isolation), ok.evidence.isolation
     # The process cap binds once the uid is not root; the evidence does not also say it does not.
     assert "process limit 4096" in ok.evidence.isolation
@@ -154,7 +159,10 @@ def test_including_the_token_file_does_not_quote_it(task, build_pool, planted):
     r = score_attack(task, _compile_attack(src, "computed"), build_pool, QUICK)
     assert r.verdict is Verdict.COMPILE_ERROR, (r.verdict, r.detail)
     assert token.read_text() not in r.detail
-    assert "withheld" in r.detail
+    if bubblewrap.selected()[0] is not None:  # inside bubblewrap the file is not there to read at all
+        assert "No such file or directory" in r.detail, r.detail
+    else:
+        assert "withheld" in r.detail
 
 
 def test_including_dev_zero_is_a_quick_compile_error(task, build_pool):

@@ -168,6 +168,7 @@ def test_sigkill_daemon_midstream_work_moves(spawn_daemon) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # rejection latency is measured: another test's load would be measured too
 def test_load_500_concurrent_one_daemon(spawn_daemon) -> None:
     d = spawn_daemon("--slots", "1", "--queue-limit", "2")
     src = variant("L1/1", "wrong")
@@ -195,7 +196,9 @@ def test_load_500_concurrent_one_daemon(spawn_daemon) -> None:
     rss2 = rss_kib(d.pid)
     assert len(codes1) == 500 and set(codes1) <= {"VERDICT_INCORRECT", "RESOURCE_EXHAUSTED"}, set(codes1)
     assert codes1.count("VERDICT_INCORRECT") >= 1 and len(rejected1) >= 400
-    assert statistics.median(rejected1) < 1.0 and max(rejected1) < 5.0
+    # Rejected at once, not after waiting for the slot (an evaluation takes several seconds);
+    # 500 arrivals at once are answered in about a second on 2 cores.
+    assert statistics.median(rejected1) < 2.0 and max(rejected1) < 5.0
     # second wave: the cache answers (results, not hangs), and memory stays roughly flat
     assert len(codes2) == 500 and set(codes2) <= {"VERDICT_INCORRECT", "RESOURCE_EXHAUSTED"}
     assert rss2 < rss1 * 1.25 + 30_000, (rss0, rss1, rss2)
