@@ -27,7 +27,7 @@ from pathlib import Path
 # (evalfarm/judge/poison.py: "1" everywhere, "0" nowhere, unset = CUDA only; recorded in the evidence).
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "CXX", "CC", "LD_LIBRARY_PATH",
              "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_DEVICE_ORDER", "EVALFARM_WORKER_POISON",
-             "EVALFARM_WORKER_NETNS", "EVALFARM_WORKER_PIDNS", "EVALFARM_SANDBOX_UID")
+             "EVALFARM_WORKER_NETNS", "EVALFARM_WORKER_PIDNS", "EVALFARM_SANDBOX_UID", "EVALFARM_SECCOMP")
 # The judge keeps these too: which GPU the slot has, and the log level. Nothing else of the
 # daemon's environment (its token, credentials, the operator's shell) reaches the judge.
 _JUDGE_ENV_KEEP = (*_ENV_KEEP, "CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES_FOR_WORKER", "EVALFARM_LOG_LEVEL",

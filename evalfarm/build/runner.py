@@ -39,7 +39,9 @@ def _isolate(request: dict) -> list[str]:
         if os.environ.get(NOTE_ENV):
             notes.append(os.environ[NOTE_ENV])
     apply_limits(Limits(memory_bytes=request.get("memory_bytes")))
-    return notes
+    from evalfarm import seccomp
+
+    return [*notes, seccomp.install()]
 
 
 def discover(request: dict) -> dict:

@@ -210,6 +210,9 @@ class Worker:
             self.isolation += dropped
         except OSError as err:
             self.fail("infra", f"the worker could not drop its privileges: {err}")
+        from evalfarm import seccomp
+
+        self.isolation.append(seccomp.install())  # every thread, before any task or candidate code
         flush_bytes = int(init.get("flush_bytes", 0))
         self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
         self._quiet_limit_s: float | None = None
