@@ -178,3 +178,17 @@ def test_everything_inside_dies_with_bubblewrap(tmp_path):
     while alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(), "a process started inside outlived bubblewrap"
+
+
+def test_an_evaluation_that_requires_bubblewrap_without_it_is_an_infra_error_naming_why(
+        data_dir, build_pool, monkeypatch, tmp_path):
+    from evalfarm import ScoreConfig, Verdict
+    from evalfarm.scoring import as_candidate, as_task, score
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # the judge inherits it: no bwrap to be found
+    monkeypatch.setenv(bubblewrap.MODE_ENV, "bubblewrap")
+    cfg = ScoreConfig(num_correctness_inputs=5, timing_budget_s=0.2, min_timed_rounds=10)
+    r = score(as_task(str(data_dir / "task_scale.py")), as_candidate(str(data_dir / "cand_same.py")), cfg,
+              build_pool=build_pool)
+    assert r.verdict is Verdict.INFRA_ERROR, (r.verdict, r.detail)
+    assert "EVALFARM_SANDBOX=bubblewrap but bubblewrap cannot be used: bwrap not found on PATH" in r.detail

@@ -124,6 +124,10 @@ class WorkerHandle:
     def __init__(self, device: str, tmp: str, role: str, cache_dir: str = "",
                  scratch_bytes: int = sandbox.Limits.file_size_bytes) -> None:
         self.role = role
+        # First, before anything is opened: raises SandboxUnavailable when bubblewrap is required
+        # and cannot be had.
+        bwrap, why_not = bubblewrap.selected()
+        self.bubblewrapped = bwrap is not None
         os.makedirs(tmp, exist_ok=True)
         self.conn, child_sock = wire.channel_pair()
         self.stderr_path = os.path.join(tmp, "worker.stderr")
@@ -140,9 +144,6 @@ class WorkerHandle:
             extra[WARM_ENV] = "cuda:0"  # the worker creates its CUDA context before its task is known
         self.started_seen = False  # its {"op": "started"} (interpreter, torch, device context ready) was read
         argv = [*sandbox.python_cmd("evalfarm.judge.worker"), str(fd)]
-        # Raises SandboxUnavailable when bubblewrap is required and cannot be had.
-        bwrap, why_not = bubblewrap.selected()
-        self.bubblewrapped = bwrap is not None
         if bwrap is not None:
             for name in KEPT_DIRS:
                 os.makedirs(os.path.join(tmp, name), exist_ok=True)
