@@ -3,7 +3,8 @@
 ``EVALFARM_SANDBOX`` chooses: ``auto`` (the default) uses bubblewrap when ``bwrap`` is on the
 PATH and a trial sandbox starts, and otherwise the built-in fallback (``evalfarm.confine``);
 ``bubblewrap`` requires it (an evaluation fails with INFRA_ERROR naming why when it cannot be
-had); ``builtin`` never uses it.
+had); ``builtin`` never uses it. Workers that use a GPU get bubblewrap under ``bubblewrap`` only:
+around CUDA workers it has not yet been verified on a GPU host.
 
 What a worker sees inside (``command``):
 
@@ -177,12 +178,16 @@ def _probe(bwrap: str, euid: int) -> str:
     return ""
 
 
-def selected() -> tuple[str | None, str]:
+def selected(gpu: bool = False) -> tuple[str | None, str]:
     """(the bwrap executable to use, or None; a note for the evidence when it is not used).
+    ``gpu``: for a worker that uses a GPU, which ``auto`` leaves to the built-in sandbox until
+    bubblewrap around CUDA workers has been verified on a GPU host (``bubblewrap`` opts in).
     Raises SandboxUnavailable when bubblewrap is required and cannot be had."""
     chosen = mode()
     if chosen == "builtin":
         return None, f"bubblewrap not used: {MODE_ENV}=builtin"
+    if gpu and chosen == "auto":
+        return None, f"bubblewrap not used for a GPU worker by default ({MODE_ENV}=bubblewrap opts in)"
     bwrap = shutil.which("bwrap")
     why = "bwrap not found on PATH" if bwrap is None else _probe(bwrap, os.geteuid())
     if why:

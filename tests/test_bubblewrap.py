@@ -36,6 +36,15 @@ def test_builtin_mode_never_uses_bubblewrap(monkeypatch):
     assert bubblewrap.selected() == (None, "bubblewrap not used: EVALFARM_SANDBOX=builtin")
 
 
+def test_gpu_workers_get_bubblewrap_only_when_asked_for(monkeypatch):
+    monkeypatch.setenv(bubblewrap.MODE_ENV, "auto")
+    bwrap, note = bubblewrap.selected(gpu=True)
+    assert bwrap is None and "EVALFARM_SANDBOX=bubblewrap opts in" in note
+    monkeypatch.setenv(bubblewrap.MODE_ENV, "bubblewrap")
+    if BWRAP is not None:
+        assert bubblewrap.selected(gpu=True)[0] == BWRAP
+
+
 def test_required_bubblewrap_that_is_missing_is_an_error_and_auto_falls_back(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap here
     monkeypatch.setenv(bubblewrap.MODE_ENV, "bubblewrap")

@@ -126,7 +126,7 @@ class WorkerHandle:
         self.role = role
         # First, before anything is opened: raises SandboxUnavailable when bubblewrap is required
         # and cannot be had.
-        bwrap, why_not = bubblewrap.selected()
+        bwrap, why_not = bubblewrap.selected(gpu=device.startswith("cuda"))
         self.bubblewrapped = bwrap is not None
         os.makedirs(tmp, exist_ok=True)
         self.conn, child_sock = wire.channel_pair()
