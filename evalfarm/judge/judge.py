@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from evalfarm import bubblewrap, confine, lifetime, sandbox
+from evalfarm import bubblewrap, cgroup, confine, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
@@ -128,6 +128,8 @@ class WorkerHandle:
         # and cannot be had.
         bwrap, why_not = bubblewrap.selected(gpu=device.startswith("cuda"))
         self.bubblewrapped = bwrap is not None
+        # Its own cgroup where the host allows one (limits set when the request arrives).
+        self.cgroup, self.cgroup_note = cgroup.create(role)
         os.makedirs(tmp, exist_ok=True)
         self.conn, child_sock = wire.channel_pair()
         self.stderr_path = os.path.join(tmp, "worker.stderr")
@@ -157,11 +159,18 @@ class WorkerHandle:
             extra[bubblewrap.INSIDE_ENV] = bubblewrap.describe(view)
         else:
             extra[bubblewrap.NOTE_ENV] = why_not
-        self.proc = subprocess.Popen(
-            argv,
-            pass_fds=(fd, *self.arena_fds.values()), cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
-        )
+        join_fds = self.cgroup.join_fds() if self.cgroup is not None else []
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                pass_fds=(fd, *self.arena_fds.values()), cwd=tmp, env=sandbox.clean_env(tmp, extra),
+                start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+                # Into its cgroup before it runs anything, so every process it starts is counted there.
+                preexec_fn=(lambda: cgroup.join(join_fds)) if join_fds else None,
+            )
+        finally:
+            for jfd in join_fds:
+                os.close(jfd)
         child_sock.close()
 
     def note_started(self, msg: dict[str, Any]) -> None:
@@ -194,6 +203,23 @@ class WorkerHandle:
             return f"{self.role} process died with signal {name}"
         return f"{self.role} process exited with code {code}"
 
+    def limit_cgroup(self, memory_bytes: int | None) -> str:
+        """Set its cgroup's memory total and process count; the evidence note."""
+        if self.cgroup is None:
+            return self.cgroup_note
+        try:
+            self.cgroup.set_limits(memory_bytes, sandbox.MAX_PROCESSES)
+        except OSError as err:
+            return f"{self.cgroup_note}: limits not set ({err.strerror or err})"
+        total = f"memory {memory_bytes >> 20} MiB in total, " if memory_bytes else ""
+        return f"{self.cgroup_note} per worker: {total}{sandbox.MAX_PROCESSES} processes and threads"
+
+    def oom_note(self) -> str:
+        """Why it died, when its cgroup's OOM killer ended one of its processes ("" otherwise)."""
+        if self.cgroup is None or not self.cgroup.oom_kills():
+            return ""
+        return "its processes together passed their memory limit (the cgroup's OOM killer ended one)"
+
     def stderr_tail(self) -> str:
         try:
             with open(self.stderr_path, "rb") as f:
@@ -208,6 +234,8 @@ class WorkerHandle:
         except (OSError, ValueError):
             pass
         sandbox.kill_group(self.proc, grace_s=0.5)
+        if self.cgroup is not None:
+            self.cgroup.remove()  # whatever left its process group goes too
         self.conn.close()
         self._stderr.close()
         for arena_fd in self.arena_fds.values():
@@ -445,6 +473,7 @@ class Judge:
         self.correctness_only = bool(request.get("correctness_only"))
         self.diagnostics = diagnose.Diagnostics.from_dict(request.get("diagnostics"))
         self._tmp = ""
+        self._cgroup_notes: list[str] = []
         self._started = started
         # Called once, right before the first round (the owner holds it while a standby starts).
         self._before_rounds = before_rounds
@@ -584,6 +613,7 @@ class Judge:
         }
         for worker in (self.ref, self.cand):  # no candidate code has run: a failure here is the farm's
             self._await_started(worker)
+        self._cgroup_notes = sorted({w.limit_cgroup(cfg.memory_limit_bytes) for w in (self.ref, self.cand)})
         # Both load at once; the reference worker takes its quiet-GPU baseline before building the task.
         wire.send_pickle(self.ref.conn, {
             **common, "role": REFERENCE, "task_name": self.task.name, "task_source": self.task.source,
@@ -992,6 +1022,9 @@ class Judge:
             raise Verdicted(Verdict.TIMEOUT, f"the candidate did not finish {what} within {timeout:.1f} s") from None
         except wire.PeerClosed:
             desc = worker.exit_description()
+            oom = worker.oom_note()
+            if oom:
+                desc = f"{desc}: {oom}"
             tail = worker.stderr_tail()
             if trusted:
                 raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker ended while {what}: {desc}"
@@ -1007,7 +1040,7 @@ class Judge:
         isolation = msg.get("isolation", [])
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
-        self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:16])]
+        self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:16]), *self._cgroup_notes]
 
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         raise Verdicted(*worker_error_verdict(msg, worker.role))

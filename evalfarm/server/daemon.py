@@ -12,7 +12,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from evalfarm import lifetime
+from evalfarm import cgroup, lifetime
 from evalfarm.server import lenient
 from evalfarm.server.auth import BearerTokenInterceptor
 from evalfarm.server.cache import ResultCache
@@ -106,6 +106,7 @@ class Daemon:
     async def start(self) -> int:
         cfg = self.config
         lifetime.sweep()  # files of evaluations whose daemon died (their run locks are free)
+        cgroup.sweep()  # and the (empty) cgroups of their judges
         if self.judges is not None:
             self.judges.fill()  # the first candidates find judges that have paid their start-up
         interceptors = []

@@ -1,0 +1,104 @@
+"""Per-worker cgroups (evalfarm.cgroup): a memory total across a candidate's processes, one kill,
+nothing left behind. Skipped where this host lets no cgroup be made (not root, no delegation)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from attack_scoring import RUNTIME, score_attack
+
+from evalfarm import ScoreConfig, Verdict, cgroup
+from evalfarm.scoring import as_task
+
+_probe, WHY_NOT = cgroup.create("probe")
+if _probe is not None:
+    _probe.remove()
+needs_cgroup = pytest.mark.skipif(_probe is None, reason=WHY_NOT)
+
+
+@needs_cgroup
+def test_a_cgroup_counts_a_process_tree_kills_it_whole_and_goes_away():
+    cg, note = cgroup.create("test")
+    assert cg is not None, note
+    cg.set_limits(256 << 20, 64)
+    fds = cg.join_fds()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import subprocess, sys, time\n"
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+             "print('up', flush=True); time.sleep(60)"],
+            stdout=subprocess.PIPE, text=True, preexec_fn=lambda: cgroup.join(fds))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+    deadline = time.monotonic() + 5
+    while len(cg.pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(cg.pids()) == 2  # the detached grandchild is counted too
+    cg.remove()
+    assert proc.wait(5) == -signal.SIGKILL
+    assert not any(os.path.exists(d) for d in cg.dirs)
+
+
+@needs_cgroup
+def test_the_oom_killer_acts_on_the_tree_and_is_counted():
+    cg, _ = cgroup.create("test")
+    assert cg is not None
+    cg.set_limits(128 << 20, 64)
+    fds = cg.join_fds()
+    try:
+        code = subprocess.run([sys.executable, "-c", "b = bytearray(512 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1"],
+                              preexec_fn=lambda: cgroup.join(fds), check=False, timeout=60).returncode
+    finally:
+        for fd in fds:
+            os.close(fd)
+        oom = cg.oom_kills()
+        cg.remove()
+    assert code == -signal.SIGKILL and oom >= 1
+
+
+@needs_cgroup
+def test_sweep_removes_cgroups_of_judges_that_are_gone():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    parent = os.path.dirname(cgroup.create("probe")[0].dirs[0])  # type: ignore[union-attr]
+    for entry in os.listdir(parent):
+        if entry.startswith("evalfarm-") and "-probe-" in entry:
+            os.rmdir(os.path.join(parent, entry))
+    stale = os.path.join(parent, f"evalfarm-{dead.pid}-candidate-0123abcd")
+    mine = os.path.join(parent, f"evalfarm-{os.getpid()}-candidate-0123abcd")
+    os.mkdir(stale)
+    os.mkdir(mine)
+    try:
+        assert cgroup.sweep() >= 1
+        assert not os.path.exists(stale) and os.path.exists(mine)  # a living judge's stays
+    finally:
+        for path in (stale, mine):
+            if os.path.exists(path):
+                os.rmdir(path)
+
+
+@needs_cgroup
+def test_memory_spread_over_processes_stops_at_the_evaluations_limit(data_dir, build_pool):
+    # Finding 8: each of 4 processes holds 400 MB, under the 1 GiB address-space limit each; the
+    # cgroup holds their total to 1 GiB, so they cannot all hold theirs.
+    task = as_task(str(data_dir / "task_scale.py"))
+    cfg = ScoreConfig(num_correctness_inputs=10, timing_budget_s=0.5, min_timed_rounds=10,
+                      memory_limit_bytes=1 << 30)
+    r = score_attack(task, RUNTIME / "memory_spread.py", build_pool, cfg)
+    # The OOM killer ends the largest process of the tree: the worker itself (its verdict says
+    # why) or one of the children (the candidate sees it killed).
+    if r.verdict is Verdict.RUNTIME_ERROR:
+        assert "passed their memory limit (the cgroup's OOM killer ended one)" in r.detail, r.detail
+    else:
+        assert r.verdict is Verdict.LOAD_ERROR and "SPREAD " in r.detail, (r.verdict, r.detail)
+        found = json.loads(r.detail.rsplit("SPREAD ", 1)[1].split(" END", 1)[0])
+        assert -signal.SIGKILL in found["codes"], found
+        assert any("per worker: memory 1024 MiB in total" in n for n in r.evidence.isolation), r.evidence.isolation
