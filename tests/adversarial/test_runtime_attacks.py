@@ -63,6 +63,7 @@ def test_early_exit_in_forward_is_runtime_error(task, build_pool):
     assert "exited with code 0" in r.detail and r.speedup is None
 
 
+@pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores
 def test_fake_result_lines_on_stdout_do_not_change_the_score(task, build_pool):
     r = _score(task, RUNTIME / "fake_results_stdout.py", build_pool)
     assert r.verdict is Verdict.OK, r.detail
@@ -90,6 +91,7 @@ def test_constant_output_on_tiny_task_is_incorrect_even_under_kernelbench(build_
     assert "output is constant (all 0.0) while the reference varies" in r.detail
 
 
+@pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores
 def test_stale_reference_temporary_never_reaches_the_candidate(build_pool, tmp_path, monkeypatch):
     # The attack looks in fresh memory for the reference's freed x @ w temporary of the same
     # round. The reference runs in its own worker process, so even with free-memory poisoning
@@ -238,6 +240,7 @@ def test_many_small_files_stop_at_the_scratch_quota_and_leave_nothing(task, buil
 
 @pytest.mark.parametrize("attack", ["forward_hook_steal_reference.py", "forward_hook_slow_reference.py",
                                     "forward_hook_work_in_reference.py"])
+@pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores
 def test_global_forward_hooks_never_reach_the_reference(task, build_pool, attack):
     # Three attacks paid 3.57x, 6.96x and 27.6x when the reference ran in the candidate's
     # process. In its own worker the hooks never fire on it: each candidate does the reference's
