@@ -131,12 +131,13 @@ def command(bwrap: str, view: WorkerView, argv: list[str]) -> list[str]:
     for name in view.keep:
         path = os.path.join(own, name)
         args += ["--bind", path, path]
-    for path in _outermost(list(view.shared)):
+    shared = _outermost(list(view.shared))
+    for path in shared:
         args += ["--bind", path, path]
     # Directories bubblewrap made on the way to a bind are its own (mode 0700 when run by root):
     # open them for the unprivileged uid the worker becomes. Nothing of the host is in them.
     made = {"/etc"}
-    for path in [*readable, own, *_outermost(list(view.shared))]:
+    for path in [*readable, own, *shared]:
         parent = os.path.dirname(path)
         while parent not in ("/", "") and not _covered(parent, readable + system) and parent != "/tmp":
             made.add(parent)

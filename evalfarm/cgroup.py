@@ -109,13 +109,6 @@ class Cgroup:
             pass
         return 0
 
-    def peak_bytes(self) -> int | None:
-        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
-        try:
-            return int(_read(os.path.join(self.memory_dir, name)))
-        except (OSError, ValueError):
-            return None
-
     def kill(self, timeout_s: float = 5.0) -> None:
         """SIGKILL every process in it (``cgroup.kill`` where the kernel has it)."""
         if self.version == 2 and os.path.exists(os.path.join(self.dirs[0], "cgroup.kill")):

@@ -191,6 +191,28 @@ def enter_namespaces(network: bool = True, pid: bool = True) -> list[str]:
     return notes
 
 
+NETNS_ENV = "EVALFARM_WORKER_NETNS"  # "0" keeps the host's network (a deployment's choice)
+
+
+def own_network() -> bool:
+    """Whether processes that run candidate code get a network namespace of their own."""
+    return os.environ.get(NETNS_ENV, "1") != "0"
+
+
+def enter_sandbox() -> list[str]:
+    """The namespaces of a process that runs candidate code (worker, build runner): bubblewrap's
+    when the process was started inside it (``evalfarm.bubblewrap``), otherwise our own
+    (``enter_namespaces``); the notes for the evidence. Call first, with one thread."""
+    from evalfarm.bubblewrap import INSIDE_ENV, NOTE_ENV
+
+    if os.environ.get(INSIDE_ENV):  # bubblewrap made the namespaces and the filesystem
+        return [os.environ[INSIDE_ENV]]
+    notes = enter_namespaces(network=own_network(), pid=os.environ.get(PIDNS_ENV, "1") != "0")
+    if os.environ.get(NOTE_ENV):
+        notes.append(os.environ[NOTE_ENV])  # why bubblewrap was not used
+    return notes
+
+
 def target_identity() -> tuple[int, int] | None:
     """The uid/gid a root worker switches to; None when it stays (not root, or turned off)."""
     if os.geteuid() != 0:

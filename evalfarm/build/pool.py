@@ -155,11 +155,9 @@ class BuildPool:
         if bwrap is None:
             extra[bubblewrap.NOTE_ENV] = why_not
             return argv
-        readable = [*confine.needed_paths(), str(self.cache.root)]
-        readable += [p for p in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if p]
-        view = bubblewrap.WorkerView(
-            own_dir=tmp, scratch_bytes=BUILD_SCRATCH_BYTES, readable=tuple(readable),
-            network=os.environ.get("EVALFARM_WORKER_NETNS", "1") == "0", own_dir_tmpfs=False,
+        view = bubblewrap.WorkerView(  # needed_paths() has the toolchain's CUDA_HOME / CUDA_PATH
+            own_dir=tmp, scratch_bytes=BUILD_SCRATCH_BYTES, readable=(*confine.needed_paths(), str(self.cache.root)),
+            network=not confine.own_network(), own_dir_tmpfs=False,
             become_unprivileged=False, shared=bubblewrap.shared_dirs())
         extra[bubblewrap.INSIDE_ENV] = bubblewrap.describe(view)
         return bubblewrap.command(bwrap, view, argv)

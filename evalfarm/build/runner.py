@@ -27,17 +27,10 @@ def _isolate(request: dict) -> list[str]:
     network, and every process it starts dies with this one (evalfarm.confine). Returns in a
     forked child when a PID namespace was had."""
     from evalfarm import confine
-    from evalfarm.bubblewrap import INSIDE_ENV, NOTE_ENV
     from evalfarm.sandbox import Limits, apply_limits
 
     confine.die_with_parent()
-    if os.environ.get(INSIDE_ENV):  # bubblewrap made the namespaces and the filesystem
-        notes = [os.environ[INSIDE_ENV]]
-    else:
-        notes = confine.enter_namespaces(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0",
-                                         pid=os.environ.get(confine.PIDNS_ENV, "1") != "0")
-        if os.environ.get(NOTE_ENV):
-            notes.append(os.environ[NOTE_ENV])
+    notes = confine.enter_sandbox()
     apply_limits(Limits(memory_bytes=request.get("memory_bytes")))
     from evalfarm import seccomp
 

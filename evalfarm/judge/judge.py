@@ -152,7 +152,7 @@ class WorkerHandle:
             view = bubblewrap.WorkerView(
                 own_dir=tmp, scratch_bytes=scratch_bytes, keep=KEPT_DIRS,
                 readable=tuple(confine.needed_paths() + ([cache_dir] if cache_dir else [])),
-                network=os.environ.get("EVALFARM_WORKER_NETNS", "1") == "0",
+                network=not confine.own_network(),
                 devices=bubblewrap.gpu_device_nodes() if device.startswith("cuda") else (),
                 shared=bubblewrap.shared_dirs())
             argv = bubblewrap.command(bwrap, view, argv)
@@ -168,6 +168,10 @@ class WorkerHandle:
                 # Into its cgroup before it runs anything, so every process it starts is counted there.
                 preexec_fn=(lambda: cgroup.join(join_fds)) if join_fds else None,
             )
+        except BaseException:
+            if self.cgroup is not None:
+                self.cgroup.remove()  # no process to count: nothing of it is left behind
+            raise
         finally:
             for jfd in join_fds:
                 os.close(jfd)

@@ -37,7 +37,7 @@ import time
 import traceback
 from typing import Any
 
-from evalfarm.bubblewrap import INSIDE_ENV, NOTE_ENV
+from evalfarm.bubblewrap import INSIDE_ENV
 
 # Trusted primitives, bound before any task or candidate code can rebind them.
 _perf_ns = time.perf_counter_ns
@@ -422,14 +422,7 @@ def main() -> None:
     from evalfarm import confine
     from evalfarm.sandbox import isolate_process
 
-    inside = os.environ.get(INSIDE_ENV, "")
-    if inside:  # bubblewrap made the namespaces and the filesystem (evalfarm.bubblewrap)
-        isolation = [inside]
-    else:
-        isolation = confine.enter_namespaces(network=os.environ.get("EVALFARM_WORKER_NETNS", "1") != "0",
-                                             pid=os.environ.get(confine.PIDNS_ENV, "1") != "0")
-        if os.environ.get(NOTE_ENV):
-            isolation.append(os.environ[NOTE_ENV])
+    isolation = confine.enter_sandbox()
     isolation += isolate_process(network=False)
     worker = Worker(fd, isolation)
     worker.run()
