@@ -350,4 +350,37 @@ def needed_paths() -> list[str]:
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             paths.add(os.environ[var])
+    paths.update(toolchain_paths())
     return sorted(os.path.realpath(p) for p in paths)
+
+
+# The compilers an extension build calls: named by these variables, else found on PATH.
+COMPILER_VARS = ("CXX", "CC", "CUDAHOSTCXX", "NVCC_CCBIN")
+COMPILER_NAMES = ("c++", "g++", "gcc", "cc", "clang++", "nvcc", "ninja")
+
+
+def toolchain_paths(env: dict[str, str] | None = None) -> list[str]:
+    """The install trees of the compilers a build uses and the library directories named by
+    LD_LIBRARY_PATH, so that a build or a worker in a sandbox that shows only some of the host's
+    files finds a toolchain installed outside ``/usr`` (``/opt/gcc/bin/g++`` gives ``/opt/gcc``,
+    with its ``lib64`` and ``libexec``). A compiler whose tree would be ``/`` or a home directory
+    gives only its own ``bin`` directory: a sandbox never shows a whole home for a compiler."""
+    import shutil
+
+    env = os.environ if env is None else env
+    found: set[str] = set()
+    programs = [env[v].split()[0] for v in COMPILER_VARS if env.get(v, "").strip()]
+    programs += [p for p in (shutil.which(n, path=env.get("PATH")) for n in COMPILER_NAMES) if p]
+    homes = {os.path.realpath(os.path.expanduser("~")), "/root", "/home"}
+    for program in programs:
+        if not os.path.isabs(program):
+            program = shutil.which(program, path=env.get("PATH")) or ""
+        for path in {program, os.path.realpath(program)} - {""}:
+            bin_dir = os.path.dirname(path)
+            tree = os.path.dirname(bin_dir) if os.path.basename(bin_dir) == "bin" else bin_dir
+            too_wide = tree == "/" or tree in homes or os.path.dirname(tree) in homes - {"/root"}
+            found.add(bin_dir if too_wide else tree)
+    for d in env.get("LD_LIBRARY_PATH", "").split(":"):
+        if d and os.path.isabs(d) and os.path.isdir(d):
+            found.add(d)
+    return sorted(p for p in found if os.path.isdir(p))

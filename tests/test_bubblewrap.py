@@ -201,3 +201,46 @@ def test_an_evaluation_that_requires_bubblewrap_without_it_is_an_infra_error_nam
               build_pool=build_pool)
     assert r.verdict is Verdict.INFRA_ERROR, (r.verdict, r.detail)
     assert "EVALFARM_SANDBOX=bubblewrap but bubblewrap cannot be used: bwrap not found on PATH" in r.detail
+
+
+def _fake_toolchain(root) -> str:
+    """A compiler installed outside /usr, as hosts with a vendor toolchain have it (/opt/gcc):
+    bin/g++ runs a helper from the tree's libexec, as gcc's driver runs cc1plus."""
+    (root / "bin").mkdir(parents=True)
+    (root / "libexec").mkdir()
+    (root / "libexec" / "cc1plus").write_text("#!/bin/sh\necho compiled \"$@\"\n")
+    gxx = root / "bin" / "g++"
+    gxx.write_text(f"#!/bin/sh\nexec {root}/libexec/cc1plus \"$@\"\n")
+    for p in (gxx, root / "libexec" / "cc1plus"):
+        p.chmod(0o755)
+    for d in (root, root.parent):
+        os.chmod(d, 0o755)
+    return str(gxx)
+
+
+def test_toolchain_paths_name_the_compilers_tree_never_a_home(tmp_path, monkeypatch):
+    gxx = _fake_toolchain(tmp_path / "opt" / "gcc")
+    libs = tmp_path / "opt" / "gcc" / "lib64"
+    libs.mkdir()
+    env = {"CXX": f"{gxx} -fdiagnostics-color", "PATH": "/nonexistent", "LD_LIBRARY_PATH": f"{libs}:relative:/missing"}
+    found = confine.toolchain_paths(env)
+    assert str(tmp_path / "opt" / "gcc") in found and str(libs) in found
+    assert "relative" not in found and "/missing" not in found
+    # A compiler in a home's bin gives that bin, not the home.
+    home = tmp_path / "home"
+    home_gxx = _fake_toolchain(home)
+    monkeypatch.setenv("HOME", str(home))
+    assert confine.toolchain_paths({"CC": home_gxx, "PATH": "/nonexistent"}) == [str(home / "bin")]
+
+
+@needs_bwrap
+def test_a_compiler_outside_usr_runs_inside_the_build_sandbox(tmp_path, monkeypatch):
+    gxx = _fake_toolchain(tmp_path / "opt" / "gcc")
+    monkeypatch.setenv("CXX", gxx)
+    own = tmp_path / "build"
+    own.mkdir()
+    view = bubblewrap.WorkerView(own_dir=str(own), scratch_bytes=8 << 20, readable=tuple(confine.needed_paths()),
+                                 own_dir_tmpfs=False, become_unprivileged=False)
+    proc = subprocess.run(bubblewrap.command(BWRAP, view, [gxx, "-c", "main.cpp"]), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "compiled -c main.cpp", proc.stderr
