@@ -12,7 +12,9 @@ import contextvars
 import dataclasses
 import functools
 import logging
+import os
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -246,20 +248,62 @@ def constrain(x: jax.Array, role: str) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
 
+INIT_PLACEMENTS = ("auto", "device", "host", "jit")
+
+
+def init_placement(mesh: Mesh, state_bytes: int, requested: str = "auto") -> str:
+    """Where `create_sharded_model` builds the weights (see there). "auto": on the device when the
+    mesh has one; else on the host when JAX has a CPU backend and the weights take at most half of
+    the host's memory; else one jitted program that writes each shard where it lives."""
+    if requested not in INIT_PLACEMENTS:
+        raise ValueError(f"init placement {requested!r}: expected one of {', '.join(INIT_PLACEMENTS)}")
+    if requested != "auto":
+        return requested
+    if mesh.size == 1:
+        return "device"
+    try:
+        jax.devices("cpu")
+    except RuntimeError:
+        return "jit"
+    try:
+        host_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "jit"
+    return "host" if state_bytes <= host_bytes // 2 else "jit"
+
+
 def create_sharded_model(
-    make: Callable[[], nnx.Module], mesh: Mesh, rules: PartitionRules = DEFAULT_RULES
+    make: Callable[[], nnx.Module], mesh: Mesh, rules: PartitionRules = DEFAULT_RULES, *,
+    placement: str = "auto",
 ) -> nnx.Module:
-    """Initialise a model directly into its sharded layout (no full copy on one device)."""
+    """Initialise a model into its sharded layout, never holding a full copy on one device of a
+    mesh of several.
+
+    The weights are built op by op ("device": on the mesh's only device; "host": in host memory,
+    then each shard copied to its device), so each initializer compiles once per distinct shape
+    and the layers' identical shapes share it. One jitted program for the whole model ("jit", the
+    fallback for weights larger than half the host's memory) compiles a kernel per parameter: its
+    compile took 7 minutes for a 1.5B model on an H100 (28 layers, ~340 outputs), against seconds
+    op by op."""
     abstract = nnx.eval_shape(make)
     graphdef, abstract_state = nnx.split(abstract)
     shardings = tree_shardings(abstract_state, mesh, rules)
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state))
+    where = init_placement(mesh, state_bytes, placement)
+    log.info("building %.2f GB of weights: %s", state_bytes / 1e9, where)
+    started = time.perf_counter()
+    if where == "jit":
+        def init() -> Any:
+            return jax.lax.with_sharding_constraint(nnx.state(make()), shardings)
 
-    @jax.jit
-    def init() -> Any:
-        state = nnx.state(make())
-        return jax.lax.with_sharding_constraint(state, shardings)
-
-    state = jax.jit(init, out_shardings=shardings)()
+        state = jax.jit(init, out_shardings=shardings)()
+    else:
+        device = mesh.devices.flat[0] if where == "device" else jax.devices("cpu")[0]
+        with jax.default_device(device):
+            graphdef, state = nnx.split(make())
+        state = jax.device_put(state, shardings)
+    jax.block_until_ready(state)
+    log.info("weights built in %.1f s (%s)", time.perf_counter() - started, where)
     return nnx.merge(graphdef, state)
 
 

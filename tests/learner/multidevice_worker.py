@@ -24,6 +24,7 @@ from learner.lm.sharding import (  # noqa: E402
     MeshConfig,
     batch_sharding,
     create_sharded_model,
+    init_placement,
     make_mesh,
     shard_model,
 )
@@ -87,6 +88,18 @@ def main() -> None:
         np.testing.assert_array_equal(pr[k], pa[k], err_msg=k)
     for k in oa:
         np.testing.assert_array_equal(orr[k], oa[k], err_msg=k)
+    # The weights built op by op in host memory equal those of one jitted program, shard for shard.
+    by = {where: create_sharded_model(lambda: Transformer(TINY_CFG, rngs=nnx.Rngs(3)), mesh_a, placement=where)
+          for where in ("host", "jit")}
+    assert init_placement(mesh_a, 1 << 20) == "host" and init_placement(mesh_a, 1 << 60) == "jit"
+    host_state, jit_state = nnx.state(by["host"], nnx.Param), nnx.state(by["jit"], nnx.Param)
+    for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(host_state),
+                                 jax.tree_util.tree_leaves_with_path(jit_state), strict=True):
+        assert a.sharding == b.sharding, (path, a.sharding, b.sharding)
+        assert len(a.addressable_shards) == 8 and a.sharding.mesh.shape == mesh_a.shape, path
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7, err_msg=str(path))
+    kern = host_state["layers"][0]["mlp"]["up_proj"]["kernel"]
+    assert kern.sharding.spec == P("fsdp", "tensor") and kern.addressable_shards[0].data.shape[0] == kern.shape[0] // 8
     print("OK", flush=True)
 
 

@@ -8,10 +8,23 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
+from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from learner.lm.sharding import DEFAULT_RULES, MeshConfig, MeshConfigError, fit_spec, spec_for_path
+from learner.lm.model import Transformer
+from learner.lm.sharding import (
+    DEFAULT_RULES,
+    MeshConfig,
+    MeshConfigError,
+    create_sharded_model,
+    fit_spec,
+    init_placement,
+    make_mesh,
+    spec_for_path,
+)
+from tests.learner.tiny_setup import TINY_CFG
 
 WORKER = Path(__file__).with_name("multidevice_worker.py")
 
@@ -27,7 +40,7 @@ def test_mesh_config_resolution() -> None:
 
 def test_rules_by_path_and_fit() -> None:
     mesh = jax.sharding.Mesh(
-        __import__("numpy").asarray(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor")
+        np.asarray(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor")
     )
     assert spec_for_path("layers/3/self_attn/q_proj/kernel", (8, 8), mesh, DEFAULT_RULES) == P("fsdp", "tensor")
     assert spec_for_path("layers/3/mlp/down_proj/kernel", (8, 8), mesh, DEFAULT_RULES) == P("tensor", "fsdp")
@@ -56,3 +69,15 @@ def test_sharded_forward_backward_and_cross_mesh_restore(tmp_path: Path) -> None
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert proc.stdout.strip().endswith("OK")
+
+
+def test_init_placement_choices() -> None:
+    mesh = make_mesh(MeshConfig())
+    assert mesh.size == 1 and init_placement(mesh, 1 << 60) == "device"  # one device: op by op there
+    assert init_placement(mesh, 1 << 20, "jit") == "jit"
+    with pytest.raises(ValueError, match="auto, device, host, jit"):
+        init_placement(mesh, 1, "gpu0")
+    a = create_sharded_model(lambda: Transformer(TINY_CFG, rngs=nnx.Rngs(0)), mesh)
+    b = create_sharded_model(lambda: Transformer(TINY_CFG, rngs=nnx.Rngs(0)), mesh, placement="jit")
+    for x, y in zip(jax.tree.leaves(nnx.state(a)), jax.tree.leaves(nnx.state(b)), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
