@@ -59,6 +59,7 @@ def test_a_bwrap_that_cannot_start_a_sandbox_is_not_used(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(bubblewrap.MODE_ENV, "auto")  # the suite may run with EVALFARM_SANDBOX=bubblewrap
     bwrap, note = bubblewrap.selected()
     assert bwrap is None and "No permissions to create new namespace" in note
 
