@@ -24,13 +24,16 @@ demo: $(STAMP)
 farm-demo: $(STAMP)
 	$(PY) -m evalfarm.demo
 
-# The whole CPU test suite (GPU tests are skipped without a GPU).
-# Test processes (pytest-xdist); tests marked `exclusive` run alone.
+# The whole CPU test suite (GPU tests are skipped without a GPU): TEST_WORKERS pytest-xdist
+# processes, then the tests marked `exclusive` (they check host-wide state or time against a
+# threshold) one after another, with nothing else running; under one xdist run they would hold
+# the other workers idle while each waits for the tests in flight to end.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not gpu and not long" --durations=30
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not gpu and not long and not exclusive" --durations=30
+	$(PY) -m pytest -q -m "exclusive and not gpu and not long" --durations=5
 
 # Experiment-sized end-to-end runs (tens of minutes on 2 cores).
 test-long: $(STAMP)
