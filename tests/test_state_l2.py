@@ -123,3 +123,23 @@ def test_the_ctypes_signatures_against_a_compiled_stand_in(tmp_path, monkeypatch
         assert state.reset_persisting_l2() is True and lib.fake_resets() == 1
     finally:
         state._libcuda.cache_clear()
+
+
+def test_set_clean_state_resets_deterministic_mode_without_importing_inductor():
+    """A fresh judge or worker is already non-deterministic; the reset must not pay for
+    torch.use_deterministic_algorithms' import of torch._inductor (1-2 s per process), and must
+    still undo a deterministic mode that was switched on."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from evalfarm.judge.state import set_clean_state\n"
+        "set_clean_state(1)\n"
+        "print('inductor' if 'torch._inductor' in sys.modules else 'no inductor')\n"
+        "torch.use_deterministic_algorithms(True, warn_only=True)\n"
+        "set_clean_state(1)\n"
+        "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.split("\n")[:2] == ["no inductor", "False False"], out

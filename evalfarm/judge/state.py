@@ -117,5 +117,9 @@ def set_clean_state(num_threads: int) -> None:
     torch.set_float32_matmul_precision("highest")
     torch.set_num_threads(num_threads)
     torch.set_default_dtype(torch.float32)
-    torch.use_deterministic_algorithms(False)
+    # torch.use_deterministic_algorithms imports torch._inductor (and with it torch._dynamo: about
+    # a second, more where triton is installed) just to set inductor's own flag; a fresh process
+    # is already in the state asked for, so the call is made only when it would change something.
+    if torch.are_deterministic_algorithms_enabled() or torch.is_deterministic_algorithms_warn_only_enabled():
+        torch.use_deterministic_algorithms(False)
     _set_clean_cuda_state()
