@@ -36,6 +36,13 @@ def test_identical_candidate_is_ok_near_one(task, data_dir, build_pool):
     assert r.evidence.correctness_inputs == 40
     assert t.audited_rounds >= 40
     assert r.evidence.versions["torch"]
+    # Where the rounds' time went: parts of the correctness and timing phases, the timed calls
+    # inside the worker exchange.
+    ph = r.evidence.phases_s
+    assert 0 < ph["rounds_calls"] <= ph["rounds_exchange"], ph
+    assert ph["rounds_inputs"] > 0 and ph["rounds_audit"] > 0, ph
+    parts = ph["rounds_inputs"] + ph["rounds_exchange"] + ph["rounds_audit"]
+    assert parts <= ph["correctness"] + ph["timing"] + 0.01, ph
 
 
 @pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores

@@ -474,6 +474,13 @@ class Judge:
         self.device = torch.device("cuda:0" if self.config.device == "cuda" else self.config.device)
         self.evidence = Evidence(device=str(self.device), versions=_versions())
         self.phases: dict[str, float] = {}
+        # Where the rounds' time goes (correctness and timing together), so a slow evaluation
+        # shows whether drawing inputs, the worker exchange, the timed calls or the audits cost it:
+        # rounds_inputs (draws, arena slots, poisoning), rounds_exchange (prepare, inputs written,
+        # go, result: the calls included), rounds_calls (the workers' timed calls alone),
+        # rounds_audit (output comparison and input checks).
+        self.round_phases: dict[str, float] = dict.fromkeys(
+            ("rounds_inputs", "rounds_exchange", "rounds_calls", "rounds_audit"), 0.0)
         self.rng = random.Random(secrets.randbits(64))
         self.degenerate = ""
         self._stopped: set[str] = set()
@@ -862,8 +869,11 @@ class Judge:
         start = time.monotonic()
         timing_start: float | None = None
         stable = True
+        acc = self.round_phases
         while True:
+            t_step = time.monotonic()
             plans = self._plan_batch(r, n_correct)
+            acc["rounds_inputs"] += time.monotonic() - t_step
             for plan in plans:
                 warm = plan.r < max(cfg.warmup_rounds, 1)
                 times: dict[str, dict[str, Any]] = {}
@@ -873,7 +883,10 @@ class Judge:
                         limit = max(limit, 2 * self.t_ref_est + ROUND_SLACK_S + cfg.min_call_timeout_s)
                     elif warm:
                         limit += allowance
+                    t_step = time.monotonic()
                     times[role] = self._run_call(role, plan, limit)
+                    acc["rounds_exchange"] += time.monotonic() - t_step
+                    acc["rounds_calls"] += times[role]["t"] / 1e9
                 t_ref, t_cand = times[REFERENCE]["t"], times[CANDIDATE]["t"]
                 over = t_cand / 1e9 - self._call_limit_s()
                 if warm and over > allowance:
@@ -893,7 +906,9 @@ class Judge:
                 t_ref, t_cand = plan.times[REFERENCE]["t"], plan.times[CANDIDATE]["t"]
                 if plan.audited:
                     audited += 1
+                    t_step = time.monotonic()
                     c = self._audit(plan, in_correctness=plan.r < n_correct)
+                    acc["rounds_audit"] += time.monotonic() - t_step
                     if c.rel_l2_error >= worst.rel_l2_error:
                         worst = c
                         self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
@@ -1055,6 +1070,8 @@ class Judge:
 
     def _result(self, verdict: Verdict, speedup: float | None, detail: str) -> ScoreResult:
         self.evidence.phases_s.update(self.phases)
+        if any(self.round_phases.values()):
+            self.evidence.phases_s.update({k: round(v, 4) for k, v in self.round_phases.items()})
         self.evidence.clocks = _clocks(self.device)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
                            detail=detail, evidence=self.evidence, task=self.task.name)
