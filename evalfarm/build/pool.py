@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalfarm import bubblewrap, confine, lifetime, sandbox
+from evalfarm import bubblewrap, cgroup, confine, lifetime, sandbox
 from evalfarm.build.cache import CacheTampered, ExtensionCache, extension_key
 from evalfarm.build.hook import truncate, uses_inline_extensions
 
@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 # /tmp and /dev/shm of a build child inside bubblewrap (its compiler's temporary files go to its
 # run directory, TMPDIR, on the host's disk).
 BUILD_SCRATCH_BYTES = 256 << 20
+# A build child's processes together (the runner, candidate code imported by discover, ninja, the
+# compilers), where the host lets the pool make a cgroup (evalfarm.cgroup): each compiler also
+# has a 16 GiB address-space limit, which alone does not bound a tree of them.
+BUILD_MEMORY_BYTES = 16 << 30
 
 
 @dataclasses.dataclass
@@ -64,8 +68,10 @@ class BuildPool:
         max_workers: int = 2,
         cache_dir: str | Path | None = None,
         timeout_s: float = 180.0,
+        memory_limit_bytes: int = BUILD_MEMORY_BYTES,
     ) -> None:
         self.cache = ExtensionCache(cache_dir)
+        self.memory_limit_bytes = memory_limit_bytes
         self.cache.sweep_stale()
         self.timeout_s = timeout_s
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="build")
@@ -125,28 +131,63 @@ class BuildPool:
         argv = sandbox.python_cmd("evalfarm.build.runner")
         if request.get("mode") != "toolchain":  # candidate code (discover) or sources (compile)
             argv = self._sandboxed(argv, tmp, extra)
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
-        )
+        cg = self._cgroup()
+        join_fds = cg.join_fds() if cg is not None else []
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                cwd=tmp, env=sandbox.clean_env(tmp, extra), start_new_session=True,
+                # Into its cgroup before it runs anything: every process it starts is counted there.
+                preexec_fn=(lambda: cgroup.join(join_fds)) if join_fds else None,
+            )
+        except BaseException:
+            if cg is not None:
+                cg.remove()
+            raise
+        finally:
+            for jfd in join_fds:
+                os.close(jfd)
         with self._lock:
             self._procs.add(proc)
+        oom = 0
         try:
             output, _ = proc.communicate(json.dumps(request).encode(), timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise TimeoutError from None
         finally:
             sandbox.kill_group(proc)  # nothing of the child outlives it, before its files are read
+            if cg is not None:
+                oom = cg.oom_kills()
+                cg.remove()  # and whatever left its process group
             with self._lock:
                 self._procs.discard(proc)
         text = truncate(output.decode("utf-8", "replace"))
+        note = (f"the build's processes together passed {self.memory_limit_bytes / (1 << 30):.3g} GiB of memory "
+                "(the cgroup's OOM killer ended one)\n") if oom else ""
+        text = note + text
         try:
             with open(result_path) as f:
                 result = json.load(f)
+            if isinstance(result, dict) and note and "log" in result:
+                result["log"] = note + str(result["log"] or "")
             return (result if isinstance(result, dict) else None), text
         except (OSError, ValueError):
             return None, f"build process exited with code {proc.returncode} without a result\n{text}"
+
+    def _cgroup(self) -> cgroup.Cgroup | None:
+        """A cgroup for one build child with its memory and process limits, or None where the host
+        lets none be made (the child then has its per-process limits only)."""
+        cg, _why = cgroup.create("build")
+        if cg is None:
+            return None
+        try:
+            cg.set_limits(self.memory_limit_bytes, sandbox.MAX_PROCESSES)
+        except OSError as err:
+            log.warning("build cgroup without limits (%s): not used", err)
+            cg.remove()
+            return None
+        return cg
 
     def _sandboxed(self, argv: list[str], tmp: str, extra: dict[str, str]) -> list[str]:
         """``argv`` inside bubblewrap where the host has it (evalfarm.bubblewrap; the runner's own

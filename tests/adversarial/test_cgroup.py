@@ -102,3 +102,61 @@ def test_memory_spread_over_processes_stops_at_the_evaluations_limit(data_dir, b
         found = json.loads(r.detail.rsplit("SPREAD ", 1)[1].split(" END", 1)[0])
         assert -signal.SIGKILL in found["codes"], found
         assert any("per worker: memory 1024 MiB in total" in n for n in r.evidence.isolation), r.evidence.isolation
+
+
+BUILD_HOG = '''
+import os
+import time
+
+import torch
+from torch.utils.cpp_extension import load_inline  # noqa: F401 - the build step imports this module
+
+
+def fill(n):
+    b = bytearray(n)
+    for i in range(0, n, 4096):
+        b[i] = 1
+    return b
+
+
+# At import, in the build's discover step: three processes of 400 MiB each, every one of them far
+# under the compiler's per-process limit, together over the pool's total.
+for _ in range(2):
+    if os.fork() == 0:
+        keep = fill(400 << 20)
+        time.sleep(60)
+        os._exit(0)
+keep = fill(400 << 20)
+time.sleep(60)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return x
+'''
+
+
+@needs_cgroup
+def test_a_builds_processes_together_are_held_to_the_pools_memory_total(tmp_path, monkeypatch):
+    from evalfarm.build import BuildPool
+
+    made: list[cgroup.Cgroup] = []
+    real_create = cgroup.create
+
+    def create(role):
+        cg, why = real_create(role)
+        if cg is not None:
+            made.append(cg)
+        return cg, why
+
+    monkeypatch.setattr(cgroup, "create", create)
+    pool = BuildPool(max_workers=1, cache_dir=tmp_path / "cache", timeout_s=50, memory_limit_bytes=1 << 30)
+    try:
+        t0 = time.monotonic()
+        report = pool.build(BUILD_HOG, "cpu")
+    finally:
+        pool.close()
+    assert report.status == "error", report
+    assert "together passed 1 GiB of memory (the cgroup's OOM killer ended one)" in report.log, report.log
+    assert time.monotonic() - t0 < 45  # ended by the kill, not by the build's deadline
+    assert made and not any(os.path.exists(d) for cg in made for d in cg.dirs)  # each removed
