@@ -253,16 +253,19 @@ INIT_PLACEMENTS = ("auto", "device", "host", "jit")
 
 def init_placement(mesh: Mesh, state_bytes: int, requested: str = "auto") -> str:
     """Where `create_sharded_model` builds the weights (see there). "auto": on the device when the
-    mesh has one; else on the host when JAX has a CPU backend and the weights take at most half of
-    the host's memory; else one jitted program that writes each shard where it lives."""
+    mesh has one; else, in a single-process run, on the host when JAX has a CPU backend and the
+    weights take at most half of the host's memory; else one jitted program that writes each
+    shard where it lives (multi-process runs too)."""
     if requested not in INIT_PLACEMENTS:
         raise ValueError(f"init placement {requested!r}: expected one of {', '.join(INIT_PLACEMENTS)}")
     if requested != "auto":
         return requested
     if mesh.size == 1:
         return "device"
+    if jax.process_count() > 1:  # each process would hold its own host copy: one program instead
+        return "jit"
     try:
-        jax.devices("cpu")
+        jax.local_devices(backend="cpu")
     except RuntimeError:
         return "jit"
     try:
@@ -298,7 +301,7 @@ def create_sharded_model(
 
         state = jax.jit(init, out_shardings=shardings)()
     else:
-        device = mesh.devices.flat[0] if where == "device" else jax.devices("cpu")[0]
+        device = mesh.devices.flat[0] if where == "device" else jax.local_devices(backend="cpu")[0]
         with jax.default_device(device):
             graphdef, state = nnx.split(make())
         state = jax.device_put(state, shardings)

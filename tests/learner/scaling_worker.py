@@ -90,7 +90,9 @@ def check_equal() -> None:
         np.testing.assert_allclose(float(m8["loss"]), float(m1["loss"]), rtol=1e-5)
         np.testing.assert_allclose(float(m8["grad_norm"]), float(m1["grad_norm"]), rtol=1e-4)
     for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s8.params), strict=True):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=3e-5)
+        # Adam moves a weight whose gradient is near zero by up to lr times the sign of a value
+        # that the two layouts reduce in different orders: atol is a tenth of one step (lr 1e-3).
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-4)
     prompts = [[5, 6, 7, 8], [9, 10, 11]] * 8
     sc = SamplingConfig(max_new_tokens=12, temperature=0.0)
     m1, m8 = _state(single, f32).model, _state(sharded, f32).model  # same init, two layouts
