@@ -114,51 +114,40 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict",
     return _compare_general(o_all, r_all, ref, policy, chunk)
 
 
-def _compare_finite(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor, policy: str,
-                    chunk: int) -> Comparison | None:
-    """``compare_tensor``'s result when every element of both tensors is finite, else None.
+@dataclasses.dataclass
+class _Errors:
+    """Whole-tensor error figures, accumulated chunk by chunk."""
 
-    The same quantities as ``_compare_general``, with fewer passes over the data: finiteness is
-    read off the float64 norms the error needs anyway (the norm of the reference is finite only
-    when all its elements are, that of ``|out - ref|`` only when all of ``out``'s are too, given a
-    finite reference); any non-finite norm, an overflow in ``out - ref`` included, hands the whole
-    comparison to ``_compare_general``. With one chunk, the elementwise pass reuses the first
-    pass's ``|out - ref|``. Verdicts, reasons and numbers are the general path's, bit for bit."""
-    n = r_all.numel()
-    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
-    single = n <= chunk
-    kept: tuple[torch.Tensor, torch.Tensor] | None = None  # (ref, |out - ref|) of the only chunk
-    ref_sq = err_sq = 0.0
-    max_abs, worst = -1.0, 0
-    close = True
-    for s in _chunks(n, chunk):
-        o, r = o_all[s:s + chunk].to(work), r_all[s:s + chunk].to(work)
-        diff = (o - r).abs()
-        ref_norm_c = float(torch.linalg.vector_norm(r, dtype=torch.float64))
-        err_norm_c = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
-        if not (math.isfinite(ref_norm_c) and math.isfinite(err_norm_c)):
-            return None
+    ref_sq: float = 0.0  # squared float64 norm of the reference
+    err_sq: float = 0.0  # squared float64 norm of |out - ref|
+    max_abs: float = -1.0
+    worst: int = 0  # flat index of the first largest |out - ref|
+    close: bool = True  # allclose at KernelBench's tolerances so far (policy "kernelbench")
+
+    def add(self, s: int, o: torch.Tensor, r: torch.Tensor, diff: torch.Tensor, ref_norm: float,
+            err_norm: float, policy: str) -> None:
         m, i = torch.max(diff, 0)  # the first index of the largest difference, as argmax
-        if float(m) > max_abs:
-            max_abs, worst = float(m), s + int(i)
-        ref_sq += ref_norm_c ** 2
-        err_sq += err_norm_c ** 2
-        if policy == "kernelbench" and close:
-            close = bool(torch.allclose(o, r, atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL, equal_nan=True))
-        if single:
-            kept = (r, diff)
-        del o, r, diff
-    problem_text = _constant_output(o_all, r_all, ref.dtype, chunk, finite_only=False)
-    if problem_text:
-        return Comparison(False, problem_text)
-    ref_norm, err_norm = ref_sq ** 0.5, err_sq ** 0.5
+        if float(m) > self.max_abs:
+            self.max_abs, self.worst = float(m), s + int(i)
+        self.ref_sq += ref_norm ** 2
+        self.err_sq += err_norm ** 2
+        if policy == "kernelbench" and self.close:
+            self.close = bool(torch.allclose(o, r, atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL, equal_nan=True))
+
+
+def _judged(errors: _Errors, ref: torch.Tensor, policy: str, n_counted: int, pieces: Any) -> Comparison:
+    """The Comparison from the accumulated errors: KernelBench's allclose, or the strict policy's
+    relative L2 error and then its elementwise bound over ``pieces()`` ((start, ref chunk,
+    |out - ref| chunk) in the working dtype); ``n_counted`` places make up the reference's RMS."""
+    ref_norm, err_norm = errors.ref_sq ** 0.5, errors.err_sq ** 0.5
+    max_abs = errors.max_abs
     rel_l2 = err_norm / ref_norm if ref_norm > 0 else max_abs
-    worst_idx = _unravel(worst, ref.shape)
+    worst_idx = _unravel(errors.worst, ref.shape)
     if policy == "kernelbench":
-        reason = "" if close else f"allclose(atol=rtol=1e-2) fails; max abs error {max_abs:.3g} at {worst_idx}"
-        return Comparison(close, reason, rel_l2, max_abs, worst_idx)
+        reason = "" if errors.close else f"allclose(atol=rtol=1e-2) fails; max abs error {max_abs:.3g} at {worst_idx}"
+        return Comparison(errors.close, reason, rel_l2, max_abs, worst_idx)
     max_rel_l2, rtol, atol_frac = STRICT_TOLERANCES.get(ref.dtype, STRICT_TOLERANCES[torch.float32])
-    rms = ref_norm / max(n, 1) ** 0.5
+    rms = ref_norm / max(n_counted, 1) ** 0.5
     if rel_l2 > max_rel_l2:
         return Comparison(
             False,
@@ -166,20 +155,11 @@ def _compare_finite(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor,
             f"(max abs error {max_abs:.3g} at {worst_idx})",
             rel_l2, max_abs, worst_idx,
         )
-
-    def pieces() -> Any:
-        if kept is not None:
-            yield 0, kept[0], kept[1]
-            return
-        for s in _chunks(n, chunk):
-            o, r = o_all[s:s + chunk].to(work), r_all[s:s + chunk].to(work)
-            yield s, r, (o - r).abs()
-
     top: tuple[float, int, float, float, float] | None = None  # excess, index, diff, ref, allowed
     for s, r, diff in pieces():
         allowed = r.abs().mul_(rtol).add_(atol_frac * rms)  # rtol * |ref| + atol_frac * rms
         excess = torch.sub(diff, allowed)
-        if float(excess.max()) > 0:  # only then the index (the general path's torch.max)
+        if float(excess.max()) > 0:  # only then the index
             m, i = torch.max(excess, 0)
             if top is None or float(m) > top[0]:
                 j = int(i)
@@ -194,6 +174,46 @@ def _compare_finite(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor,
     return Comparison(True, "", rel_l2, max_abs, worst_idx)
 
 
+def _compare_finite(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor, policy: str,
+                    chunk: int) -> Comparison | None:
+    """``compare_tensor``'s result when every element of both tensors is finite, else None.
+
+    The same quantities as ``_compare_general``, with fewer passes over the data: finiteness is
+    read off the float64 norms the error needs anyway (the norm of the reference is finite only
+    when all its elements are, that of ``|out - ref|`` only when all of ``out``'s are too, given a
+    finite reference); any non-finite norm, an overflow in ``out - ref`` included, hands the whole
+    comparison to ``_compare_general``. With one chunk, the elementwise pass reuses the first
+    pass's ``|out - ref|``. Verdicts, reasons and numbers are the general path's, bit for bit."""
+    n = r_all.numel()
+    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    kept: tuple[torch.Tensor, torch.Tensor] | None = None  # (ref, |out - ref|) of the only chunk
+    errors = _Errors()
+    for s in _chunks(n, chunk):
+        o, r = o_all[s:s + chunk].to(work), r_all[s:s + chunk].to(work)
+        diff = (o - r).abs()
+        ref_norm = float(torch.linalg.vector_norm(r, dtype=torch.float64))
+        err_norm = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
+        if not (math.isfinite(ref_norm) and math.isfinite(err_norm)):
+            return None
+        errors.add(s, o, r, diff, ref_norm, err_norm, policy)
+        if n <= chunk:
+            kept = (r, diff)
+        del o, r, diff
+    problem_text = _constant_output(o_all, r_all, ref.dtype, chunk, finite_only=False)
+    if problem_text:
+        return Comparison(False, problem_text)
+
+    def pieces() -> Any:
+        if kept is not None:
+            yield 0, kept[0], kept[1]
+            return
+        for s in _chunks(n, chunk):
+            o, r = o_all[s:s + chunk].to(work), r_all[s:s + chunk].to(work)
+            yield s, r, (o - r).abs()
+
+    return _judged(errors, ref, policy, n, pieces)
+
+
 def _compare_general(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor, policy: str,
                      chunk: int) -> Comparison:
     """``compare_tensor`` for any floating or complex pair, NaN and Inf included."""
@@ -206,7 +226,6 @@ def _compare_general(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor
         if problem is not None:
             return problem
         n_finite = sum(int(torch.isfinite(r_all[s:s + chunk]).sum()) for s in _chunks(n, chunk))
-    n_finite = max(n_finite, 1)
 
     # Also where the reference has NaN/Inf (matched above): the constant is judged over the
     # finite places, so NaN where the reference has NaN plus zeros elsewhere is still caught.
@@ -228,50 +247,11 @@ def _compare_general(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor
                 o, r = torch.where(finite, o, zero), torch.where(finite, r, zero)
             yield s, o, r, (o - r).abs()
 
-    ref_sq = err_sq = 0.0
-    max_abs, worst = -1.0, 0
-    close = True
+    errors = _Errors()
     for s, o, r, diff in pieces():
-        m, i = torch.max(diff, 0)  # the first index of the largest difference, as argmax
-        if float(m) > max_abs:
-            max_abs, worst = float(m), s + int(i)
-        ref_sq += float(torch.linalg.vector_norm(r, dtype=torch.float64)) ** 2
-        err_sq += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
-        if policy == "kernelbench" and close:
-            close = bool(torch.allclose(o, r, atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL, equal_nan=True))
-    ref_norm, err_norm = ref_sq ** 0.5, err_sq ** 0.5
-    rel_l2 = err_norm / ref_norm if ref_norm > 0 else max_abs
-    worst_idx = _unravel(worst, ref.shape)
-
-    if policy == "kernelbench":
-        reason = "" if close else f"allclose(atol=rtol=1e-2) fails; max abs error {max_abs:.3g} at {worst_idx}"
-        return Comparison(close, reason, rel_l2, max_abs, worst_idx)
-
-    max_rel_l2, rtol, atol_frac = STRICT_TOLERANCES.get(ref.dtype, STRICT_TOLERANCES[torch.float32])
-    rms = ref_norm / n_finite**0.5
-    if rel_l2 > max_rel_l2:
-        return Comparison(
-            False,
-            f"relative L2 error {rel_l2:.3g} exceeds {max_rel_l2:g} for {ref.dtype} "
-            f"(max abs error {max_abs:.3g} at {worst_idx})",
-            rel_l2, max_abs, worst_idx,
-        )
-    top: tuple[float, int, float, float, float] | None = None  # excess, index, diff, ref, allowed
-    for s, _o, r, diff in pieces():
-        allowed = rtol * r.abs() + atol_frac * rms
-        excess = diff - allowed
-        m, i = torch.max(excess, 0)
-        if float(m) > 0 and (top is None or float(m) > top[0]):
-            j = int(i)
-            top = (float(m), s + j, float(diff[j]), float(r[j]), float(allowed[j]))
-    if top is not None:
-        idx = _unravel(top[1], ref.shape)
-        return Comparison(
-            False,
-            f"element {idx} differs by {top[2]:.3g} (reference {top[3]:.6g}, allowed {top[4]:.3g})",
-            rel_l2, max_abs, idx,
-        )
-    return Comparison(True, "", rel_l2, max_abs, worst_idx)
+        errors.add(s, o, r, diff, float(torch.linalg.vector_norm(r, dtype=torch.float64)),
+                   float(torch.linalg.vector_norm(diff, dtype=torch.float64)), policy)
+    return _judged(errors, ref, policy, n_finite, lambda: ((s, r, diff) for s, _o, r, diff in pieces()))
 
 
 def _nonfinite_pattern(o_all: torch.Tensor, r_all: torch.Tensor, shape: torch.Size, chunk: int) -> Comparison | None:
