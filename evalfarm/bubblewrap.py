@@ -3,8 +3,9 @@
 ``EVALFARM_SANDBOX`` chooses: ``auto`` (the default) uses bubblewrap when ``bwrap`` is on the
 PATH and a trial sandbox starts, and otherwise the built-in fallback (``evalfarm.confine``);
 ``bubblewrap`` requires it (an evaluation fails with INFRA_ERROR naming why when it cannot be
-had); ``builtin`` never uses it. Workers that use a GPU get bubblewrap under ``bubblewrap`` only:
-around CUDA workers it has not yet been verified on a GPU host.
+had); ``builtin`` never uses it. Workers that use a GPU get bubblewrap under ``auto`` when the
+daemon runs as root and workers switch to an unprivileged uid (the ``/dev/shm`` hand-over below
+needs both); otherwise under ``bubblewrap`` only, where their arenas cannot be attached.
 
 What a worker sees inside (``command``):
 
@@ -17,7 +18,12 @@ What a worker sees inside (``command``):
   evaluation's directory);
 * ``/tmp``, ``/dev/shm`` and its own directory as size-limited tmpfs mounts (each as large as
   the file-size limit), gone when it ends; the subdirectories the judge reads afterwards
-  (``evalfarm-ext``) are bound back from the host;
+  (``evalfarm-ext``) are bound back from the host. A CUDA worker run by root is the exception for
+  ``/dev/shm``: CUDA's IPC (``cudaIpcOpenMemHandle``, with which it attaches the judge's arenas)
+  opens files the judge's process made in the host's ``/dev/shm``, so that directory is bound
+  until the arenas are attached; the worker then mounts a private tmpfs over it (with
+  CAP_SYS_ADMIN, its last use) before it drops privileges and before any task or candidate code
+  runs. It fails closed: a worker that cannot cover it runs nothing;
 * run by root, bubblewrap keeps only CAP_SETUID, CAP_SETGID and CAP_CHOWN, with which the worker
   switches to an unprivileged uid before any task or candidate code runs (a user namespace
   would map its uid to the host's root); run by anyone else, a user namespace whose uid is the
@@ -41,6 +47,9 @@ MODES = ("auto", "bubblewrap", "builtin")
 INSIDE_ENV = "EVALFARM_SANDBOXED_BY"
 # Set instead when it does not: why bubblewrap was not used (for the evidence).
 NOTE_ENV = "EVALFARM_SANDBOX_NOTE"
+# Set in a CUDA worker's environment when the host's /dev/shm is bound until its arenas are
+# attached; the value is the size in bytes of the private tmpfs it then mounts over it.
+SHM_ENV = "EVALFARM_SANDBOX_SHM_AFTER_ATTACH"
 # A host directory bound writable into every worker's sandbox, for tests and debugging only: it is
 # a channel between evaluations (and to the host), which the sandbox otherwise does not have.
 SHARED_ENV = "EVALFARM_SANDBOX_SHARED_DIR"
@@ -75,9 +84,12 @@ class WorkerView:
     own_dir_tmpfs: bool = True  # False: own_dir is the host's directory, bound writable (a build's results)
     become_unprivileged: bool = True  # as root: keep the capabilities to switch uid (the worker does)
     shared: tuple[str, ...] = ()  # host directories bound writable (SHARED_ENV; tests and debugging)
+    # The host's /dev/shm until the worker has attached its CUDA arenas; then the worker covers it
+    # with a private tmpfs (SHM_ENV), with CAP_SYS_ADMIN kept until it drops privileges. Root only.
+    host_shm_until_attach: bool = False
 
 
-def _base_args(bwrap: str, network: bool, become_unprivileged: bool = True) -> list[str]:
+def _base_args(bwrap: str, network: bool, become_unprivileged: bool = True, remount_shm: bool = False) -> list[str]:
     args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not network:
         args.append("--unshare-net")
@@ -85,6 +97,8 @@ def _base_args(bwrap: str, network: bool, become_unprivileged: bool = True) -> l
         args += ["--cap-drop", "ALL"]
         if become_unprivileged:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
+        if remount_shm:
+            args += ["--cap-add", "CAP_SYS_ADMIN"]
     else:
         args += ["--unshare-user", "--disable-userns"]
     for name in SYSTEM_DIRS:
@@ -111,10 +125,15 @@ def _covered(path: str, roots: list[str]) -> bool:
 def command(bwrap: str, view: WorkerView, argv: list[str]) -> list[str]:
     """The bubblewrap command line that runs ``argv`` inside ``view``."""
     size = str(max(1 << 20, int(view.scratch_bytes)))
-    args = _base_args(bwrap, view.network, view.become_unprivileged)
+    if view.host_shm_until_attach and not (os.geteuid() == 0 and view.become_unprivileged):
+        raise ValueError("the host's /dev/shm is bound only for a root worker that becomes unprivileged")
+    args = _base_args(bwrap, view.network, view.become_unprivileged, remount_shm=view.host_shm_until_attach)
     args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
+             "--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
+    if view.host_shm_until_attach:
+        args += ["--bind", "/dev/shm", "/dev/shm"]
+    else:
+        args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
     for dev in view.devices:
         args += ["--dev-bind-try", dev, dev]
     if view.devices:
@@ -158,10 +177,14 @@ def describe(view: WorkerView) -> str:
     else:
         who = "root without capabilities"
     net = "host network (turned off)" if view.network else "network"
-    places = "/tmp, /dev/shm and own directory" if view.own_dir_tmpfs else "/tmp and /dev/shm"
+    places = ["/tmp"] + ([] if view.host_shm_until_attach else ["/dev/shm"]) + (["own directory"] if view.own_dir_tmpfs else [])
+    listed = places[0] if len(places) == 1 else ", ".join(places[:-1]) + " and " + places[-1]
+    if view.host_shm_until_attach:
+        who += " (and CAP_SYS_ADMIN until /dev/shm is covered)"
     return (f"bubblewrap: PID namespace with its own /proc; mount, IPC, UTS, {net} namespaces; {who}; "
-            "read-only system, Python and "
-            f"project; {places} {mib} MiB tmpfs each"
+            f"read-only system, Python and project; {listed} {mib} MiB tmpfs" + (" each" if len(places) > 1 else "")
+            + ("; /dev/shm the host's until the CUDA arenas are attached, then a private tmpfs"
+               if view.host_shm_until_attach else "")
             + (f"; devices {', '.join(os.path.basename(d) for d in view.devices)}" if view.devices else "")
             + (f"; {SHARED_ENV} bound writable (testing only)" if view.shared else ""))
 
@@ -179,16 +202,27 @@ def _probe(bwrap: str, euid: int) -> str:
     return ""
 
 
+def gpu_shm_handover() -> bool:
+    """Whether a CUDA worker can have the host's /dev/shm until its arenas are attached and cover
+    it afterwards: only a root daemon whose workers switch to an unprivileged uid."""
+    from evalfarm.confine import target_identity
+
+    return os.geteuid() == 0 and target_identity() is not None
+
+
 def selected(gpu: bool = False) -> tuple[str | None, str]:
     """(the bwrap executable to use, or None; a note for the evidence when it is not used).
-    ``gpu``: for a worker that uses a GPU, which ``auto`` leaves to the built-in sandbox until
-    bubblewrap around CUDA workers has been verified on a GPU host (``bubblewrap`` opts in).
+    ``gpu``: for a worker that uses a GPU, which ``auto`` puts in bubblewrap only where the
+    ``/dev/shm`` hand-over works (``gpu_shm_handover``) and otherwise leaves to the built-in
+    sandbox (``bubblewrap`` forces it; its arenas then cannot be attached).
     Raises SandboxUnavailable when bubblewrap is required and cannot be had."""
     chosen = mode()
     if chosen == "builtin":
         return None, f"bubblewrap not used: {MODE_ENV}=builtin"
-    if gpu and chosen == "auto":
-        return None, f"bubblewrap not used for a GPU worker by default ({MODE_ENV}=bubblewrap opts in)"
+    if gpu and chosen == "auto" and not gpu_shm_handover():
+        return None, (f"bubblewrap not used for a GPU worker: CUDA arenas need the host's /dev/shm until "
+                      f"attached, which only a root daemon whose workers change uid can hand over "
+                      f"({MODE_ENV}=bubblewrap forces it)")
     bwrap = shutil.which("bwrap")
     why = "bwrap not found on PATH" if bwrap is None else _probe(bwrap, os.geteuid())
     if why:

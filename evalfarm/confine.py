@@ -315,6 +315,18 @@ def private_scratch(scratch_dir: str, uid: int, gid: int, size_bytes: int, keep:
     return notes
 
 
+def cover_host_shm(size_bytes: int) -> list[str]:
+    """Mount a private, size-limited tmpfs over ``/dev/shm`` (a worker inside bubblewrap that had
+    the host's until its CUDA arenas were attached; its mount namespace is bubblewrap's, so the
+    host never sees this mount). Raises OSError when it cannot: candidate code must never run
+    with the host's ``/dev/shm`` in view."""
+    mib = max(1, size_bytes >> 20)
+    why = _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={mib}m")
+    if why:
+        raise OSError(f"could not cover the host's /dev/shm after attaching the arenas: {why}")
+    return [f"/dev/shm the host's until the arenas were attached, then a private {mib} MiB tmpfs"]
+
+
 def drop_privileges(uid: int, gid: int, writable: list[str], needed: list[str]) -> list[str]:
     """Switch this root process to ``uid``/``gid`` for good; ``writable`` directories are given
     to it first, ``needed`` paths made reachable. Raises PermissionError when the switch fails

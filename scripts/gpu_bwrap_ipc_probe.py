@@ -15,6 +15,7 @@ Exit code 0 when it ran (whatever the variants gave), 2 when there is no CUDA de
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pickle
@@ -30,6 +31,14 @@ try:
     print("attached", float(t.sum()))
 except Exception as err:
     print("failed", type(err).__name__, str(err).splitlines()[0])
+"""
+# After the attach: cover /dev/shm as the worker does, and check the tensor still reads right.
+COVER = """
+from evalfarm import confine
+confine.cover_host_shm(64 << 20)
+import os
+assert os.listdir("/dev/shm") == []
+print("attached", float(t.sum()))
 """
 
 
@@ -94,9 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     view = bubblewrap.WorkerView(own_dir=own, scratch_bytes=64 << 20, readable=(*confine.needed_paths(), shared),
                                  devices=bubblewrap.gpu_device_nodes())  # as a worker: may switch uid
     base = bubblewrap.command(bwrap, view, [sys.executable, "-c", CHILD, handle])
+    cases = variants(base)
+    if bubblewrap.gpu_shm_handover():  # what the judge now runs for a root CUDA worker
+        handover = dataclasses.replace(view, host_shm_until_attach=True)
+        cases["hand-over view (host /dev/shm until attached, then covered)"] = bubblewrap.command(
+            bwrap, handover, [sys.executable, "-c", CHILD + COVER, handle])
     expected = float(x.sum())
     results = {}
-    for name, cmd in variants(base).items():
+    for name, cmd in cases.items():
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})

@@ -16,7 +16,7 @@ source scripts/gpu_env.sh
 export EVALFARM_CACHE_DIR=/tmp/evalfarm-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 if [[ $what == tests || $what == all ]]; then
-  timeout "$secs" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 \
+  timeout "$secs" python3 -m pytest -m gpu -v -rfE -p no:cacheprovider --durations=10 \
     tests/adversarial/test_gpu_attacks.py tests/adversarial/test_gpu_runtime_attacks.py \
     tests/test_gpu.py -k "not builtin_cuda_variants_pass" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 fi

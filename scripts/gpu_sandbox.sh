@@ -18,7 +18,7 @@ fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; command -v bwrap && bwrap --version; } | tee "$OUT/sandbox_host.txt"
 timeout 150 python3 scripts/gpu_bwrap_ipc_probe.py --out "$OUT/ipc_probe.json" 2>&1 | tee "$OUT/ipc_probe.log"
 rc=0
-timeout 270 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_bubblewrap.py \
+timeout 270 python3 -m pytest -v -rfE -p no:cacheprovider -m "gpu or not gpu" tests/test_bubblewrap.py \
   tests/adversarial/test_seccomp.py tests/adversarial/test_cgroup.py tests/adversarial/test_gpu_runtime_attacks.py \
   tests/adversarial/test_gpu_attacks.py 2>&1 | tee "$OUT/sandbox_tests.log" | tail -n 15
 rc=${PIPESTATUS[0]}

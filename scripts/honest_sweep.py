@@ -59,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write all rows as JSON here")
     ap.add_argument("--budget", type=float, default=3.0, help="timing budget per kernel (s)")
     ap.add_argument("--inputs", type=int, default=100, help="correctness inputs per kernel")
-    ap.add_argument("--only", default="", help="substring of the file names to keep")
+    ap.add_argument("--only", default="", help="keep the files whose names contain one of these comma-separated substrings")
     ap.add_argument("--build-workers", type=int, default=2, help="parallel load_inline builds")
     args = ap.parse_args(argv)
 
     dev_kind = "cpu" if args.device == "cpu" else "cuda"
-    headers = [h for h in all_headers() if h.runs_on(dev_kind) and args.only in h.path.name]
+    headers = [h for h in all_headers() if h.runs_on(dev_kind) and any(s in h.path.name for s in args.only.split(","))]
     cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs, timing_budget_s=args.budget,
                       min_timed_rounds=21, reverify_above=0)
     modes = ("on", "off") if args.static == "both" else (args.static,)

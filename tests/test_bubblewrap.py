@@ -36,13 +36,42 @@ def test_builtin_mode_never_uses_bubblewrap(monkeypatch):
     assert bubblewrap.selected() == (None, "bubblewrap not used: EVALFARM_SANDBOX=builtin")
 
 
-def test_gpu_workers_get_bubblewrap_only_when_asked_for(monkeypatch):
+def test_gpu_workers_get_bubblewrap_by_default_only_where_dev_shm_can_be_handed_over(monkeypatch):
+    # A CUDA worker attaches the judge's arenas through files in the host's /dev/shm: only a root
+    # daemon whose workers change uid can show it until then and cover it after.
     monkeypatch.setenv(bubblewrap.MODE_ENV, "auto")
+    monkeypatch.setenv(confine.UID_ENV, "off")
     bwrap, note = bubblewrap.selected(gpu=True)
-    assert bwrap is None and "EVALFARM_SANDBOX=bubblewrap opts in" in note
+    assert bwrap is None and "EVALFARM_SANDBOX=bubblewrap forces it" in note
+    monkeypatch.delenv(confine.UID_ENV)
+    if os.geteuid() == 0 and BWRAP is not None:
+        assert bubblewrap.selected(gpu=True)[0] == BWRAP
+    elif os.geteuid() != 0:
+        assert bubblewrap.selected(gpu=True)[0] is None
     monkeypatch.setenv(bubblewrap.MODE_ENV, "bubblewrap")
     if BWRAP is not None:
         assert bubblewrap.selected(gpu=True)[0] == BWRAP
+
+
+def test_host_dev_shm_is_bound_only_with_the_capability_to_cover_it(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    view = bubblewrap.WorkerView(own_dir="/tmp/own", scratch_bytes=8 << 20, readable=(), host_shm_until_attach=True)
+    args = bubblewrap.command("/usr/bin/bwrap", view, ["python3"])
+    head = args[:args.index("--")]
+    assert " ".join(head).count("--bind /dev/shm /dev/shm") == 1
+    assert "--tmpfs /dev/shm" not in " ".join(head)
+    assert head[head.index("CAP_SYS_ADMIN") - 1] == "--cap-add"
+    assert "then a private tmpfs" in bubblewrap.describe(view)
+    plain = bubblewrap.command("/usr/bin/bwrap", bubblewrap.WorkerView(own_dir="/tmp/own", scratch_bytes=8 << 20,
+                                                                       readable=()), ["python3"])
+    assert "CAP_SYS_ADMIN" not in plain and "--tmpfs /dev/shm" in " ".join(plain)
+    with pytest.raises(ValueError, match="unprivileged"):  # it would stay root with CAP_SYS_ADMIN
+        bubblewrap.command("/usr/bin/bwrap", bubblewrap.WorkerView(
+            own_dir="/tmp/own", scratch_bytes=8 << 20, readable=(), host_shm_until_attach=True,
+            become_unprivileged=False), ["python3"])
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ValueError, match="root worker"):
+        bubblewrap.command("/usr/bin/bwrap", view, ["python3"])
 
 
 def test_required_bubblewrap_that_is_missing_is_an_error_and_auto_falls_back(monkeypatch, tmp_path):
@@ -245,3 +274,57 @@ def test_a_compiler_outside_usr_runs_inside_the_build_sandbox(tmp_path, monkeypa
     proc = subprocess.run(bubblewrap.command(BWRAP, view, [gxx, "-c", "main.cpp"]), capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "compiled -c main.cpp", proc.stderr
+
+
+COVER = r"""
+import json, os, sys
+from evalfarm import confine
+out = {"before": sorted(os.listdir("/dev/shm"))}
+out["notes"] = confine.cover_host_shm(4 << 20)
+out["after"] = sorted(os.listdir("/dev/shm"))
+notes = confine.drop_privileges(65534, 65534, writable=[os.getcwd()], needed=[])
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+out["cap_eff"], out["cap_prm"] = status["CapEff"].strip(), status["CapPrm"].strip()
+n = 0
+try:
+    with open("/dev/shm/fill", "wb") as f:
+        for _ in range(16):
+            f.write(b"\0" * (1 << 20)); f.flush(); n += 1
+except OSError as err:
+    out["fill"] = (n, err.strerror)
+try:
+    confine.cover_host_shm(4 << 20)
+    out["again"] = "mounted"
+except OSError as err:
+    out["again"] = str(err)
+print(json.dumps(out))
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="the /dev/shm hand-over is for a root daemon's workers")
+def test_host_dev_shm_is_covered_before_privileges_are_dropped_and_stays_covered(tmp_path):
+    # What a CUDA worker inside bubblewrap does after attaching its arenas: the host's /dev/shm
+    # (where CUDA IPC keeps its files) disappears under a private tmpfs, the capability that did it
+    # goes with the uid change, and what it writes there is bounded and never reaches the host.
+    marker = f"/dev/shm/evalfarm-test-{os.getpid()}-{time.monotonic_ns()}"
+    open(marker, "w").close()
+    own = tmp_path / "own"
+    own.mkdir()
+    os.chmod(own, 0o777)
+    try:
+        view = bubblewrap.WorkerView(own_dir=str(own), scratch_bytes=4 << 20, readable=tuple(confine.needed_paths()),
+                                     host_shm_until_attach=True)
+        proc = subprocess.run(bubblewrap.command(BWRAP, view, [sys.executable, "-c", COVER]),
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert proc.returncode == 0, proc.stderr
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert os.path.basename(marker) in found["before"]  # the host's, as CUDA IPC needs
+        assert found["after"] == [] and "private 4 MiB tmpfs" in found["notes"][0]
+        assert int(found["cap_eff"], 16) == 0 and int(found["cap_prm"], 16) == 0, found
+        assert found["fill"][0] <= 4 and found["fill"][1] == "No space left on device", found["fill"]
+        assert "could not cover" in found["again"], found["again"]  # no capability left to undo it
+        assert not os.path.exists("/dev/shm/fill")  # nothing it wrote reached the host
+    finally:
+        os.unlink(marker)

@@ -153,14 +153,18 @@ class WorkerHandle:
         if bwrap is not None:
             for name in KEPT_DIRS:
                 os.makedirs(os.path.join(tmp, name), exist_ok=True)
+            # CUDA arenas are attached through files in the host's /dev/shm (see evalfarm.bubblewrap).
+            host_shm = device.startswith("cuda") and bubblewrap.gpu_shm_handover()
             view = bubblewrap.WorkerView(
                 own_dir=tmp, scratch_bytes=scratch_bytes, keep=KEPT_DIRS,
                 readable=tuple(confine.needed_paths() + ([cache_dir] if cache_dir else [])),
                 network=not confine.own_network(),
                 devices=bubblewrap.gpu_device_nodes() if device.startswith("cuda") else (),
-                shared=bubblewrap.shared_dirs())
+                shared=bubblewrap.shared_dirs(), host_shm_until_attach=host_shm)
             argv = bubblewrap.command(bwrap, view, argv)
             extra[bubblewrap.INSIDE_ENV] = bubblewrap.describe(view)
+            if host_shm:
+                extra[bubblewrap.SHM_ENV] = str(max(1 << 20, int(scratch_bytes)))
         else:
             extra[bubblewrap.NOTE_ENV] = why_not
         join_fds = self.cgroup.join_fds() if self.cgroup is not None else []

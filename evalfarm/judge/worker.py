@@ -37,7 +37,7 @@ import time
 import traceback
 from typing import Any
 
-from evalfarm.bubblewrap import INSIDE_ENV
+from evalfarm.bubblewrap import INSIDE_ENV, SHM_ENV
 
 # Trusted primitives, bound before any task or candidate code can rebind them.
 _perf_ns = time.perf_counter_ns
@@ -76,8 +76,13 @@ def _drop_privileges(init: dict[str, Any]) -> list[str]:
     handed to it, the interpreter, the project and the extension cache stay reachable (read-only)."""
     from evalfarm import confine
 
+    covered = []
+    if os.environ.get(SHM_ENV):  # inside bubblewrap with the host's /dev/shm: cover it first
+        covered = confine.cover_host_shm(int(os.environ[SHM_ENV]))
     who = confine.target_identity()
     if who is None:
+        if covered:  # bubblewrap binds the host's /dev/shm only for a worker that changes uid
+            raise OSError("a worker given the host's /dev/shm must switch to an unprivileged uid")
         return ["not running as root: no uid change" if os.geteuid() else "still root: uid change turned off"]
     from evalfarm.sandbox import MAX_PROCESSES, limit_processes
 
@@ -85,7 +90,7 @@ def _drop_privileges(init: dict[str, Any]) -> list[str]:
     # The total it may write (its directory, /dev/shm) is bounded like one file is (inside
     # bubblewrap, which mounted them already, so is /tmp).
     # An extension the worker builds for itself stays where the judge checks its symbols.
-    notes = [] if os.environ.get(INSIDE_ENV) else \
+    notes = covered if os.environ.get(INSIDE_ENV) else \
         confine.private_scratch(os.getcwd(), *who, int(init["limits"]["file_size_bytes"]), keep=KEPT_DIRS)
     notes += confine.drop_privileges(*who, writable=[os.getcwd()], needed=needed)
     why = limit_processes()  # RLIMIT_NPROC binds now that the uid is not root
