@@ -183,8 +183,6 @@ def describe(view: WorkerView) -> str:
         who += " (and CAP_SYS_ADMIN until /dev/shm is covered)"
     return (f"bubblewrap: PID namespace with its own /proc; mount, IPC, UTS, {net} namespaces; {who}; "
             f"read-only system, Python and project; {listed} {mib} MiB tmpfs" + (" each" if len(places) > 1 else "")
-            + ("; /dev/shm the host's until the CUDA arenas are attached, then a private tmpfs"
-               if view.host_shm_until_attach else "")
             + (f"; devices {', '.join(os.path.basename(d) for d in view.devices)}" if view.devices else "")
             + (f"; {SHARED_ENV} bound writable (testing only)" if view.shared else ""))
 

@@ -122,6 +122,11 @@ class RoundPlan:
     times: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
+# One note of a worker's isolation report is kept up to this many characters (bubblewrap's own
+# note, the longest, is about 330).
+ISOLATION_NOTE_CHARS = 500
+
+
 class WorkerHandle:
     """A worker process (reference or candidate): started in its own session, killed as a group."""
 
@@ -1067,7 +1072,7 @@ class Judge:
         isolation = msg.get("isolation", [])
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
-        self.evidence.isolation = [ISOLATION_NOTE, *(x[:300] for x in isolation[:16]), *self._cgroup_notes]
+        self.evidence.isolation = [ISOLATION_NOTE, *(x[:ISOLATION_NOTE_CHARS] for x in isolation[:16]), *self._cgroup_notes]
 
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         raise Verdicted(*worker_error_verdict(msg, worker.role))
