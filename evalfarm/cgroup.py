@@ -92,6 +92,8 @@ class Cgroup:
             _write(os.path.join(pids, "pids.max"), str(max_pids))
 
     def pids(self) -> list[int]:
+        if not self.dirs:  # a v1 cgroup whose first controller's directory could not be made
+            return []
         try:
             return [int(p) for p in _read(os.path.join(self.dirs[0], "cgroup.procs")).split()]
         except OSError:

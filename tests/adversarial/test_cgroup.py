@@ -160,3 +160,21 @@ def test_a_builds_processes_together_are_held_to_the_pools_memory_total(tmp_path
     assert "together passed 1 GiB of memory (the cgroup's OOM killer ended one)" in report.log, report.log
     assert time.monotonic() - t0 < 45  # ended by the kill, not by the build's deadline
     assert made and not any(os.path.exists(d) for cg in made for d in cg.dirs)  # each removed
+
+
+def test_a_v1_cgroup_that_cannot_be_made_is_a_note_not_a_crash(tmp_path, monkeypatch):
+    # A daemon that may not write the v1 hierarchies (not root, nothing delegated): the first
+    # controller's directory cannot be made. That must leave the worker without a cgroup, with
+    # the reason, not end the judge (every evaluation came back INFRA_ERROR that way).
+    monkeypatch.setenv(cgroup.SWITCH_ENV, "1")
+    monkeypatch.setattr(cgroup, "ROOT", str(tmp_path))  # no cgroup.controllers: the v1 path
+    monkeypatch.setattr(cgroup, "_own", lambda controller: "/proc/self")  # mkdir there always fails
+    cg, note = cgroup.create("reference")
+    assert cg is None and note.startswith("no cgroup: cannot make a v1 memory cgroup"), note
+    # The second controller fails after the first was made: the first is removed again.
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    monkeypatch.setattr(cgroup, "_own", lambda controller: str(memory) if controller == "memory" else "/proc/self")
+    cg, note = cgroup.create("candidate")
+    assert cg is None and note.startswith("no cgroup: cannot make a v1 pids cgroup"), note
+    assert list(memory.iterdir()) == []
