@@ -142,6 +142,22 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(path, onerror=writable)
 
 
+def move_dir(src: Path, dst: Path) -> None:
+    """Rename a read-only directory into another parent directory. Without root this needs write
+    permission on the directory itself (its ``..`` entry changes), so the owner gets it for the
+    move and the directory is read-only again afterwards."""
+    mode = src.stat().st_mode & 0o777
+    if not os.access(src, os.W_OK):
+        os.chmod(src, mode | 0o200)
+    try:
+        os.rename(src, dst)
+    except OSError:
+        if os.path.isdir(src):
+            os.chmod(src, mode)
+        raise
+    os.chmod(dst, mode)
+
+
 class ExtensionCache:
     """``<root>/ext/<key[:2]>/<key>/`` holds a finished build: the .so, sources and meta.json."""
 
@@ -216,10 +232,10 @@ class ExtensionCache:
                 except (CacheTampered, FileNotFoundError) as err:
                     note = f"{err}; replaced by a fresh build"
                     aside = self.tmp_root / f"{key[:16]}-tampered-{uuid.uuid4().hex[:8]}"
-                    os.rename(target, aside)
+                    move_dir(target, aside)
                     remove_tree(aside)
             try:
-                os.rename(stage, target)
+                move_dir(stage, target)
             except OSError:
                 self.verify(key)  # a concurrent install got there first; it must verify
             return target, note
@@ -232,7 +248,7 @@ class ExtensionCache:
         if target.exists():
             aside = self.tmp_root / f"{key[:16]}-evicted-{uuid.uuid4().hex[:8]}"
             try:
-                os.rename(target, aside)
+                move_dir(target, aside)
             except OSError:
                 return
             remove_tree(aside)

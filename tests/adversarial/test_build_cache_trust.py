@@ -57,6 +57,57 @@ def test_a_tampered_entry_is_not_used_and_is_replaced(tmp_path):
     assert cache.lookup(KEY, "m") == fresh / "m.so" and (fresh / "m.so").read_bytes() == b"\x7fELF honest"
 
 
+def _install_replace_evict(root: Path) -> None:
+    cache = ExtensionCache(root / "cache")
+    key = "cd" * 32
+    entry, note = cache.install(key, _fake_build(root, b"honest"), {})
+    assert note == "" and cache.lookup(key, "m") == entry / "m.so", note
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o555
+    os.chmod(entry, 0o755)
+    os.chmod(entry / "m.so", 0o644)
+    (entry / "m.so").write_bytes(b"evil")
+    os.chmod(entry, 0o555)
+    fresh, note = cache.install(key, _fake_build(root, b"honest"), {})
+    assert "replaced" in note and (fresh / "m.so").read_bytes() == b"honest", note
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o555
+    cache.evict(key)
+    assert not cache.entry_dir(key).exists()
+
+
+def test_install_replace_and_evict_work_for_a_daemon_that_is_not_root():
+    # Without root, renaming a directory into another parent needs write permission on it (its
+    # ".." changes): the read-only staging directory could not be moved into place, so every
+    # extension build of a non-root daemon ended INFRA_ERROR. Where we are root, a forked child
+    # does it as uid 65534.
+    import shutil
+    import tempfile
+    import traceback
+
+    root = Path(tempfile.mkdtemp(prefix="evalfarm-cache-not-root-"))
+    try:
+        if os.geteuid() == 0:
+            os.chown(root, 65534, 65534)
+            os.chmod(root, 0o755)
+        pid = os.fork()
+        if pid == 0:  # the child: drop root, run the flow, report by exit code only
+            code = 1
+            try:
+                if os.geteuid() == 0:
+                    os.setgroups([])
+                    os.setresgid(65534, 65534, 65534)
+                    os.setresuid(65534, 65534, 65534)
+                _install_replace_evict(root)
+                code = 0
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the install flow failed without root (traceback above)"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_a_build_with_a_symlink_is_refused(tmp_path):
     cache = ExtensionCache(tmp_path / "cache")
     d = _fake_build(tmp_path)
@@ -159,5 +210,8 @@ def test_a_candidate_cannot_move_its_build_into_another_candidates_key(data_dir,
     worker_notes = [e.get("note", "") for e in again.evidence.build.get("worker_extensions", [])]
     if tampered:  # the attacker could write the cache (candidates under the daemon's uid): detected
         assert any("rebuilt" in n for n in notes + worker_notes), (notes, worker_notes)
-    else:  # prevented: as root, workers and the discovering build step run as an unprivileged uid
-        assert os.geteuid() == 0, "the attacker, under the daemon's own uid, should have been able to write the cache"
+    else:  # prevented: as root, workers and the discovering build step run as an unprivileged uid;
+        # inside bubblewrap (any uid) the cache is a read-only bind
+        in_bubblewrap = any(n.startswith("bubblewrap:") for n in attacker.evidence.isolation)
+        assert os.geteuid() == 0 or in_bubblewrap, \
+            "the attacker, under the daemon's own uid and without bubblewrap, should have been able to write the cache"
