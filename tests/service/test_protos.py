@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -10,8 +12,9 @@ GENERATED = ("evalfarm_pb2.py", "evalfarm_pb2_grpc.py", "evalfarm_pb2.pyi")
 
 
 def test_generated_code_is_fresh(tmp_path: Path) -> None:
+    # The interpreter running the tests (it has grpc_tools), whatever the checkout has as .venv.
     subprocess.run(["bash", str(REPO / "scripts" / "gen_protos.sh"), str(tmp_path)], check=True,
-                   cwd=REPO, timeout=120)
+                   cwd=REPO, timeout=120, env={**os.environ, "PYTHON": sys.executable})
     stale = [
         name for name in GENERATED
         if (tmp_path / "evalfarm" / "v1" / name).read_bytes() != (REPO / "evalfarm" / "v1" / name).read_bytes()
