@@ -122,9 +122,15 @@ def _covered(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def _tmpfs_bytes(view: WorkerView) -> int:
+    """The size of each of the view's tmpfs mounts (at least 1 MiB)."""
+    return max(1 << 20, int(view.scratch_bytes))
+
+
 def command(bwrap: str, view: WorkerView, argv: list[str]) -> list[str]:
-    """The bubblewrap command line that runs ``argv`` inside ``view``."""
-    size = str(max(1 << 20, int(view.scratch_bytes)))
+    """The bubblewrap command line that runs ``argv`` inside ``view``; its process needs the
+    variables of ``environment(view)`` as well."""
+    size = str(_tmpfs_bytes(view))
     if view.host_shm_until_attach and not (os.geteuid() == 0 and view.become_unprivileged):
         raise ValueError("the host's /dev/shm is bound only for a root worker that becomes unprivileged")
     args = _base_args(bwrap, view.network, view.become_unprivileged, remount_shm=view.host_shm_until_attach)
@@ -185,6 +191,15 @@ def describe(view: WorkerView) -> str:
             f"read-only system, Python and project; {listed} {mib} MiB tmpfs" + (" each" if len(places) > 1 else "")
             + (f"; devices {', '.join(os.path.basename(d) for d in view.devices)}" if view.devices else "")
             + (f"; {SHARED_ENV} bound writable (testing only)" if view.shared else ""))
+
+
+def environment(view: WorkerView) -> dict[str, str]:
+    """The variables a process inside ``view`` is started with: the evidence note, and the size of
+    the tmpfs it mounts over the host's /dev/shm when it has that (``SHM_ENV``)."""
+    env = {INSIDE_ENV: describe(view)}
+    if view.host_shm_until_attach:
+        env[SHM_ENV] = str(_tmpfs_bytes(view))
+    return env
 
 
 @functools.cache

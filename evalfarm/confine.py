@@ -310,9 +310,14 @@ def private_scratch(scratch_dir: str, uid: int, gid: int, size_bytes: int, keep:
     if not why:
         os.chdir(scratch_dir)  # onto the new mount (the old directory stays the judge's)
     notes.append(f"own directory a {mib} MiB tmpfs" if not why else f"own directory on the host's disk: {why}")
-    why = _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={mib}m")
+    why = _private_shm(mib)
     notes.append(f"/dev/shm a private {mib} MiB tmpfs" if not why else f"host /dev/shm: {why}")
     return notes
+
+
+def _private_shm(mib: int) -> str:
+    """Mount a tmpfs of ``mib`` MiB over ``/dev/shm`` in this mount namespace; "" or why not."""
+    return _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={mib}m")
 
 
 def cover_host_shm(size_bytes: int) -> list[str]:
@@ -321,7 +326,7 @@ def cover_host_shm(size_bytes: int) -> list[str]:
     host never sees this mount). Raises OSError when it cannot: candidate code must never run
     with the host's ``/dev/shm`` in view."""
     mib = max(1, size_bytes >> 20)
-    why = _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={mib}m")
+    why = _private_shm(mib)
     if why:
         raise OSError(f"could not cover the host's /dev/shm after attaching the arenas: {why}")
     return [f"/dev/shm the host's until the arenas were attached, then a private {mib} MiB tmpfs"]

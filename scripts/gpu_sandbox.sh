@@ -3,7 +3,8 @@
 #   1. which part of bubblewrap stops a CUDA worker attaching the judge's arena
 #      (scripts/gpu_bwrap_ipc_probe.py: the worker's command line and one-difference variants);
 #   2. the sandbox, seccomp, cgroup and GPU attack tests with bubblewrap on PATH in its default
-#      mode (builds inside bubblewrap, GPU workers in the built-in sandbox);
+#      mode (builds inside bubblewrap; GPU workers too where the daemon is root and workers change
+#      uid, with the /dev/shm hand-over, else in the built-in sandbox);
 #   3. the sandbox's cost per candidate: bubblewrap, the built-in fallback and none, side by side.
 #   bash scripts/gpu_sandbox.sh [repeats=1]
 # Carry bubblewrap where the host lacks it: .bin/bwrap (a folder .git/info/exclude ignores; a

@@ -200,7 +200,7 @@ class BuildPool:
             own_dir=tmp, scratch_bytes=BUILD_SCRATCH_BYTES, readable=(*confine.needed_paths(), str(self.cache.root)),
             network=not confine.own_network(), own_dir_tmpfs=False,
             become_unprivileged=False, shared=bubblewrap.shared_dirs())
-        extra[bubblewrap.INSIDE_ENV] = bubblewrap.describe(view)
+        extra.update(bubblewrap.environment(view))
         return bubblewrap.command(bwrap, view, argv)
 
     def _toolchain(self, arch: str, with_cuda: bool, tmp: str, deadline: float) -> dict[str, str]:

@@ -167,9 +167,7 @@ class WorkerHandle:
                 devices=bubblewrap.gpu_device_nodes() if device.startswith("cuda") else (),
                 shared=bubblewrap.shared_dirs(), host_shm_until_attach=host_shm)
             argv = bubblewrap.command(bwrap, view, argv)
-            extra[bubblewrap.INSIDE_ENV] = bubblewrap.describe(view)
-            if host_shm:
-                extra[bubblewrap.SHM_ENV] = str(max(1 << 20, int(scratch_bytes)))
+            extra.update(bubblewrap.environment(view))
         else:
             extra[bubblewrap.NOTE_ENV] = why_not
         join_fds = self.cgroup.join_fds() if self.cgroup is not None else []
