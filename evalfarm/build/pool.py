@@ -37,6 +37,8 @@ BUILD_SCRATCH_BYTES = 256 << 20
 # compilers), where the host lets the pool make a cgroup (evalfarm.cgroup): each compiler also
 # has a 16 GiB address-space limit, which alone does not bound a tree of them.
 BUILD_MEMORY_BYTES = 16 << 30
+# How often a waiting build checks whether its cgroup's OOM killer acted.
+OOM_POLL_S = 0.25
 
 
 @dataclasses.dataclass
@@ -152,9 +154,7 @@ class BuildPool:
             self._procs.add(proc)
         oom = 0
         try:
-            output, _ = proc.communicate(json.dumps(request).encode(), timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise TimeoutError from None
+            output = self._wait(proc, json.dumps(request).encode(), cg, deadline)
         finally:
             sandbox.kill_group(proc)  # nothing of the child outlives it, before its files are read
             if cg is not None:
@@ -174,6 +174,30 @@ class BuildPool:
             return (result if isinstance(result, dict) else None), text
         except (OSError, ValueError):
             return None, f"build process exited with code {proc.returncode} without a result\n{text}"
+
+    @staticmethod
+    def _wait(proc: subprocess.Popen, request: bytes, cg: cgroup.Cgroup | None, deadline: float) -> bytes:
+        """The child's output once it exits, or once its cgroup's OOM killer has ended one of its
+        processes: a build whose processes together passed the memory total is over then, whatever
+        the rest of it would do (a survivor could otherwise wait out the whole build deadline).
+        TimeoutError at the deadline."""
+        pending: bytes | None = request
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            try:
+                output, _ = proc.communicate(pending, timeout=min(left, OOM_POLL_S) if cg is not None else left)
+                return output
+            except subprocess.TimeoutExpired:
+                pending = None  # sent with the first call; a retry must not send it again
+            if cg is not None and cg.oom_kills():
+                sandbox.kill_group(proc)
+                cg.kill()  # and any that left the process group, so the pipe closes
+                try:
+                    return proc.communicate(timeout=5)[0]
+                except subprocess.TimeoutExpired:
+                    return b""
 
     def _cgroup(self) -> cgroup.Cgroup | None:
         """A cgroup for one build child with its memory and process limits, or None where the host
