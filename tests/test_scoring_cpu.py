@@ -43,6 +43,10 @@ def test_identical_candidate_is_ok_near_one(task, data_dir, build_pool):
     assert ph["rounds_inputs"] > 0 and ph["rounds_audit"] > 0, ph
     parts = ph["rounds_inputs"] + ph["rounds_exchange"] + ph["rounds_audit"]
     assert parts <= ph["correctness"] + ph["timing"] + 0.01, ph
+    # And the judge's set-up, split into its steps, which add up to it.
+    steps = ("setup_device", "setup_task", "setup_reference", "setup_lint", "setup_arenas", "setup_device_facts")
+    assert all(ph[k] >= 0 for k in steps) and ph["setup_reference"] > 0, ph
+    assert abs(sum(ph[k] for k in steps) - ph["judge_setup"]) < 0.01, ph
 
 
 @pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores

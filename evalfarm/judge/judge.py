@@ -488,6 +488,12 @@ class Judge:
         # rounds_audit (output comparison and input checks).
         self.round_phases: dict[str, float] = dict.fromkeys(
             ("rounds_inputs", "rounds_exchange", "rounds_calls", "rounds_audit"), 0.0)
+        # Likewise the judge's set-up, split where a GPU might spend it: setup_device (device
+        # selection, clean state), setup_task (the task module, its init inputs, the reference
+        # model built), setup_reference (its first two calls and their facts), setup_lint (the
+        # degenerate-output check), setup_arenas (memory plan and input/output arenas) and
+        # setup_device_facts (device properties, the DRAM peak from NVML).
+        self.setup_phases: dict[str, float] = {}
         self.rng = random.Random(secrets.randbits(64))
         self.degenerate = ""
         self._stopped: set[str] = set()
@@ -545,6 +551,8 @@ class Judge:
         num_threads = torch.get_num_threads()
         set_clean_state(num_threads)
         torch.set_grad_enabled(False)
+        mark = self._setup_clock(t0)
+        mark("setup_device")
         profile = self.task.resolve_profile(cfg.size_profile, self.device.type)
         self.evidence.size_profile = profile
         self.memory = MemoryGate(self.device)
@@ -556,6 +564,7 @@ class Judge:
             weight_seed = self.source.weight_seed()
             torch.manual_seed(weight_seed)
             ref_model = task_mod.Model(*init_inputs).to(self.device)
+            mark("setup_task")
             # Lean for full-size tasks (memory_plan.setup_bytes): at most two input sets and one
             # kept output at a time; the same inputs are drawn again rather than cloned.
             sample = self.source.inputs(-1)
@@ -572,8 +581,10 @@ class Judge:
             self.tuple_out = isinstance(ref_out, tuple | list)
             self.out_struct = [(tuple(o.shape), o.dtype) for o in flatten_output(ref_out)]
             del ref_out
+            mark("setup_reference")
             self.degenerate = degenerate_reason(lambda inputs, m=ref_model: m(*inputs),
                                                 [lambda i=i: self.source.inputs(i) for i in (-1, -2, -3)])
+            mark("setup_lint")
         except Verdicted:
             raise
         except TaskTooLarge as err:
@@ -611,6 +622,7 @@ class Judge:
         finally:
             self.evidence.memory = self.memory.evidence()
         arenas.extend(self.arenas.values())
+        mark("setup_arenas")
         flush_bytes = 0
         self.floor_output_bytes = sum(math.prod(s) * d.itemsize for s, d in self.out_struct)
         self.l2_bytes: int | None = None
@@ -622,6 +634,7 @@ class Judge:
             if self.l2_bytes is not None and self.floor_output_bytes > 2 * self.l2_bytes:
                 self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the workers' start-up
         self.evidence.inputs_on_device = self.source.on_device
+        mark("setup_device_facts")
         self.phases["judge_setup"] = time.monotonic() - t0
 
         t_load = time.monotonic()
@@ -668,6 +681,17 @@ class Judge:
         if self.diagnostics.profile_dir and not self.correctness_only:
             self.evidence.diagnostics["profile"] = self._profile(profile)
         return result
+
+    def _setup_clock(self, t0: float) -> Any:
+        """``mark(name)``: the time since the previous mark (``t0`` at first) into setup_phases."""
+        last = [t0]
+
+        def mark(name: str) -> None:
+            now = time.monotonic()
+            self.setup_phases[name] = self.setup_phases.get(name, 0.0) + now - last[0]
+            last[0] = now
+
+        return mark
 
     def _profile(self, size_profile: str) -> dict[str, Any]:
         """--profile: one extra, untimed candidate call under the torch profiler, with fresh inputs,
@@ -1079,6 +1103,7 @@ class Judge:
         self.evidence.phases_s.update(self.phases)
         if any(self.round_phases.values()):
             self.evidence.phases_s.update({k: round(v, 4) for k, v in self.round_phases.items()})
+        self.evidence.phases_s.update({k: round(v, 4) for k, v in self.setup_phases.items()})
         self.evidence.clocks = _clocks(self.device)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
                            detail=detail, evidence=self.evidence, task=self.task.name)
