@@ -1,9 +1,11 @@
-"""A cgroup per worker, where the host lets us make one: a memory total, a process count, one kill.
+"""A cgroup per worker, where the host lets us make one: a memory total, a process count, a CPU
+quota, one kill.
 
 rlimits bound each process; a cgroup bounds a process tree: the memory of every process a
 candidate starts counts against one limit (the kernel's OOM killer ends the tree's largest
-process when it is passed), the number of processes and threads against another, and every
-process in it can be killed at once. The judge makes one for each worker before starting it
+process when it is passed), the number of processes and threads against another, their CPU use
+against a quota of cores (a tree of busy processes cannot take the host's other cores from a
+neighbouring evaluation's timed calls), and every process in it can be killed at once. The judge makes one for each worker before starting it
 (the worker joins it before it runs anything: ``Popen(preexec_fn=...)``), sets its limits when
 the evaluation's request arrives, reads whether the OOM killer acted when a worker dies, and
 removes it when the evaluation ends. Directories left by a judge that was killed are removed by
@@ -11,7 +13,8 @@ the next ``sweep``.
 
 Both hierarchies are handled: cgroup v2 (a child of the judge's own cgroup, which needs the
 ``memory`` and ``pids`` controllers delegated to it) and cgroup v1 (children of the judge's
-``memory`` and ``pids`` cgroups). Where neither can be made (not root, no delegation, a read-only
+``memory`` and ``pids`` cgroups). The ``cpu`` controller is used where it is there too (v2:
+delegated; v1: its own hierarchy); without it the cgroup has no CPU quota and says so. Where neither can be made (not root, no delegation, a read-only
 ``/sys/fs/cgroup``), ``create`` returns None and a note saying why; nothing else changes.
 ``EVALFARM_CGROUP=0`` turns cgroups off.
 """
@@ -28,6 +31,8 @@ import time
 ROOT = "/sys/fs/cgroup"
 PREFIX = "evalfarm-"
 V1_CONTROLLERS = ("memory", "pids")
+CPU_CONTROLLER = "cpu"  # optional: a quota where it is there
+CPU_PERIOD_US = 100_000
 SWITCH_ENV = "EVALFARM_CGROUP"
 _NAME = re.compile(rf"^{PREFIX}(\d+)-[a-z]+-[0-9a-f]+$")
 
@@ -64,7 +69,8 @@ def _own(controller: str | None) -> str | None:
 @dataclasses.dataclass
 class Cgroup:
     version: int
-    dirs: list[str]  # v2: one; v1: one per controller
+    dirs: list[str]  # v2: one; v1: one per controller (memory, pids, then cpu where it is there)
+    has_cpu: bool = False  # the cpu controller is there: set_limits can set a quota
 
     @property
     def memory_dir(self) -> str:
@@ -75,7 +81,10 @@ class Cgroup:
         writer into the cgroup (a child does this before it runs anything: ``join``)."""
         return [os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC) for d in self.dirs]
 
-    def set_limits(self, memory_bytes: int | None, max_pids: int | None) -> None:
+    def set_limits(self, memory_bytes: int | None, max_pids: int | None, cpu_cores: float | None = None) -> None:
+        """Limits on the totals of the tree: memory (bytes), processes and threads, and CPU use
+        (cores' worth of time per period; ignored where the cpu controller is not there)."""
+        quota = max(1000, int(cpu_cores * CPU_PERIOD_US)) if cpu_cores is not None and self.has_cpu else None
         if self.version == 2:
             if memory_bytes is not None:
                 _write(os.path.join(self.dirs[0], "memory.max"), str(memory_bytes))
@@ -84,12 +93,30 @@ class Cgroup:
                     _write(swap, "0")
             if max_pids is not None:
                 _write(os.path.join(self.dirs[0], "pids.max"), str(max_pids))
+            if quota is not None:
+                _write(os.path.join(self.dirs[0], "cpu.max"), f"{quota} {CPU_PERIOD_US}")
             return
-        memory, pids = self.dirs
+        memory, pids = self.dirs[:2]
         if memory_bytes is not None:
             _write(os.path.join(memory, "memory.limit_in_bytes"), str(memory_bytes))
         if max_pids is not None:
             _write(os.path.join(pids, "pids.max"), str(max_pids))
+        if quota is not None:
+            _write(os.path.join(self.dirs[2], "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+            _write(os.path.join(self.dirs[2], "cpu.cfs_quota_us"), str(quota))
+
+    def cpu_throttled(self) -> int:
+        """How many periods its processes were held back by the CPU quota (0 without one)."""
+        if not self.has_cpu:
+            return 0
+        try:
+            for line in _read(os.path.join(self.dirs[-1], "cpu.stat")).splitlines():
+                key, _, value = line.partition(" ")
+                if key == "nr_throttled":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
 
     def pids(self) -> list[int]:
         if not self.dirs:  # a v1 cgroup whose first controller's directory could not be made
@@ -173,7 +200,15 @@ def _create_v2(name: str) -> tuple[Cgroup | None, str]:
         os.mkdir(path)
     except OSError as err:
         return None, f"no cgroup: cgroup v2 {parent} not delegated here ({err.strerror or err})"
-    return Cgroup(2, [path]), "cgroup v2"
+    has_cpu = CPU_CONTROLLER in enabled
+    if not has_cpu:
+        try:
+            _write(os.path.join(parent, "cgroup.subtree_control"), f"+{CPU_CONTROLLER}")
+            has_cpu = True
+        except OSError:
+            pass
+    has_cpu = has_cpu and os.path.exists(os.path.join(path, "cpu.max"))
+    return Cgroup(2, [path], has_cpu), "cgroup v2" + ("" if has_cpu else " (no cpu controller: no CPU quota)")
 
 
 def _create_v1(name: str) -> tuple[Cgroup | None, str]:
@@ -190,12 +225,21 @@ def _create_v1(name: str) -> tuple[Cgroup | None, str]:
             Cgroup(1, made).remove()
             return None, f"no cgroup: cannot make a v1 {controller} cgroup ({err.strerror or err})"
         made.append(path)
-    return Cgroup(1, made), "cgroup v1"
+    parent = _own(CPU_CONTROLLER)
+    if parent is not None and os.path.exists(os.path.join(parent, "cpu.cfs_quota_us")):
+        try:
+            os.mkdir(os.path.join(parent, name))
+            made.append(os.path.join(parent, name))
+            return Cgroup(1, made, True), "cgroup v1"
+        except OSError:
+            pass
+    return Cgroup(1, made), "cgroup v1 (no cpu hierarchy: no CPU quota)"
 
 
 def sweep() -> int:
     """Remove the cgroups of judges that are gone (empty once their processes died); how many."""
-    parents = {p for p in [_own(None), *(_own(c) for c in V1_CONTROLLERS)] if p and os.path.isdir(p)}
+    parents = {p for p in [_own(None), *(_own(c) for c in (*V1_CONTROLLERS, CPU_CONTROLLER))]
+               if p and os.path.isdir(p)}
     removed = 0
     for parent in parents:
         try:

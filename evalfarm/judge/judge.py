@@ -218,16 +218,17 @@ class WorkerHandle:
             return f"{self.role} process died with signal {name}"
         return f"{self.role} process exited with code {code}"
 
-    def limit_cgroup(self, memory_bytes: int | None) -> str:
-        """Set its cgroup's memory total and process count; the evidence note."""
+    def limit_cgroup(self, memory_bytes: int | None, cpu_cores: int | None = None) -> str:
+        """Set its cgroup's memory total, process count and CPU quota; the evidence note."""
         if self.cgroup is None:
             return self.cgroup_note
         try:
-            self.cgroup.set_limits(memory_bytes, sandbox.MAX_PROCESSES)
+            self.cgroup.set_limits(memory_bytes, sandbox.MAX_PROCESSES, cpu_cores)
         except OSError as err:
             return f"{self.cgroup_note}: limits not set ({err.strerror or err})"
         total = f"memory {memory_bytes >> 20} MiB in total, " if memory_bytes else ""
-        return f"{self.cgroup_note} per worker: {total}{sandbox.MAX_PROCESSES} processes and threads"
+        cpu = f", CPU {cpu_cores} cores" if cpu_cores is not None and self.cgroup.has_cpu else ""
+        return f"{self.cgroup_note} per worker: {total}{sandbox.MAX_PROCESSES} processes and threads{cpu}"
 
     def oom_note(self) -> str:
         """Why it died, when its cgroup's OOM killer ended one of its processes ("" otherwise)."""
@@ -648,7 +649,10 @@ class Judge:
         }
         for worker in (self.ref, self.cand):  # no candidate code has run: a failure here is the farm's
             self._await_started(worker)
-        self._cgroup_notes = sorted({w.limit_cgroup(cfg.memory_limit_bytes) for w in (self.ref, self.cand)})
+        # CPU: the evaluation's threads and one more (its protocol and the runtime's own threads),
+        # the same for both workers; a tree that wants more is held back, not the neighbours.
+        cores = worker_cpu_cores(num_threads)
+        self._cgroup_notes = sorted({w.limit_cgroup(cfg.memory_limit_bytes, cores) for w in (self.ref, self.cand)})
         # Both load at once; the reference worker takes its quiet-GPU baseline before building the task.
         wire.send_pickle(self.ref.conn, {
             **common, "role": REFERENCE, "task_name": self.task.name, "task_source": self.task.source,
@@ -1107,6 +1111,11 @@ class Judge:
         self.evidence.clocks = _clocks(self.device)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
                            detail=detail, evidence=self.evidence, task=self.task.name)
+
+
+def worker_cpu_cores(num_threads: int) -> int:
+    """A worker's CPU quota in cores: its evaluation's threads plus one, at most the host's cores."""
+    return max(1, min(num_threads + 1, os.cpu_count() or 1))
 
 
 def pre_call_charge_ns(pre_ref: list[int], pre_cand: list[int]) -> int:

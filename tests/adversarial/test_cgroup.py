@@ -185,3 +185,58 @@ def test_a_v1_cgroup_that_cannot_be_made_is_a_note_not_a_crash(tmp_path, monkeyp
     cg, note = cgroup.create("candidate")
     assert cg is None and note.startswith("no cgroup: cannot make a v1 pids cgroup"), note
     assert list(memory.iterdir()) == []
+
+
+BUSY = "import os, time\nend = time.time() + {wall}\nfor _ in range(3):\n    if os.fork() == 0:\n        break\n" \
+       "while time.time() < end:\n    pass\n"
+
+
+@pytest.mark.skipif(_probe is None or not _probe.has_cpu, reason="no cpu controller here")
+def test_a_tree_of_busy_processes_is_held_to_its_cpu_quota():
+    # Four processes spinning for 1.5 s would take every core of the host (several seconds of
+    # CPU); under a quarter of a core, the tree gets about 0.4 s of CPU in all.
+    cg, _ = cgroup.create("test")
+    assert cg is not None and cg.has_cpu
+    cg.set_limits(None, 64, cpu_cores=0.25)
+    fds = cg.join_fds()
+    wall = 1.5
+    try:
+        before = os.times()
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-c", BUSY.format(wall=wall) +
+                                 "\nimport os\ntry:\n    while True: os.wait()\nexcept ChildProcessError: pass\n"],
+                                preexec_fn=lambda: cgroup.join(fds))
+        assert proc.wait(30) == 0
+        elapsed = time.monotonic() - t0
+        after = os.times()
+    finally:
+        for fd in fds:
+            os.close(fd)
+        throttled = cg.cpu_throttled()
+        cg.remove()
+    used = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    assert throttled > 0
+    # The quota's share of the wall time, plus one period of slack and the interpreter's start.
+    assert used <= 0.25 * elapsed + 0.35, (used, elapsed)
+
+
+@needs_cgroup
+def test_an_evaluations_workers_get_a_cpu_quota_and_say_so(data_dir, build_pool):
+    from evalfarm.judge.judge import worker_cpu_cores
+
+    task = as_task(str(data_dir / "task_scale.py"))
+    cfg = ScoreConfig(num_correctness_inputs=10, timing_budget_s=0.5, min_timed_rounds=10)
+    r = score_attack(task, data_dir / "cand_same.py", build_pool, cfg)
+    assert r.verdict is Verdict.OK, r.detail
+    notes = [n for n in r.evidence.isolation if "per worker:" in n]
+    assert notes, r.evidence.isolation
+    if _probe.has_cpu:
+        import re
+
+        found = [re.search(r"processes and threads, CPU (\d+) cores$", n) for n in notes]
+        assert all(found), notes
+        # The evaluation's threads plus one, never more than the host has.
+        assert all(1 <= int(m.group(1)) <= (os.cpu_count() or 1) for m in found), notes
+    else:
+        assert all("CPU" not in n for n in notes), notes
+    assert worker_cpu_cores(1) == min(2, os.cpu_count() or 1) and worker_cpu_cores(10_000) == os.cpu_count()
