@@ -41,14 +41,6 @@ def _both(task, source, build_pool, monkeypatch):
     return on, off
 
 
-def test_harness_access_patching_the_workers_clock(task, build_pool, monkeypatch):
-    # Invisible at run time: the patched clock is the one that measures.
-    on, off = _both(task, RUNTIME / "harness_clock_patch.py", build_pool, monkeypatch)
-    assert off.verdict is Verdict.OK and off.speedup > 20, (off.verdict, off.speedup, off.detail)
-    assert on.verdict is Verdict.HACK_DETECTED and "harness_access" in on.detail, (on.verdict, on.detail)
-    assert on.evidence.static_findings and on.evidence.static_findings[0]["blocking"]
-
-
 def test_filesystem_removing_a_file_outside_its_directory(task, build_pool, monkeypatch, tmp_path):
     # Unsafe to run: the file is gone whatever the verdict says afterwards.
     def source(victim: Path) -> str:

@@ -15,7 +15,10 @@ the worker's input slots, then lets the call run (the worker flushes the L2 and 
 right before it): the inputs reach the candidate's memory only right before its timed call
 starts. That last flush-and-sync is the only untimed moment the candidate could use them in;
 when its median takes longer in the candidate's process than in the reference's, the excess is
-added to every candidate call (``TimingEvidence.pre_call_charge_us``). The candidate's process group is stopped (SIGSTOP) whenever
+added to every candidate call (``TimingEvidence.pre_call_charge_us``). The judge also times each
+whole exchange with its own clock: what it saw beyond the call the candidate's process reported
+(a patched clock, work after the call) is compared with the reference's, and the excess charged
+the same way (``TimingEvidence.exchange_charge_us``). The candidate's process group is stopped (SIGSTOP) whenever
 its own call is not under way, so it cannot compute ahead, or compete with the reference,
 while the reference runs; on a GPU, the reference worker also waits until no other work is
 running on the device before its call. Every correctness round and a random share of timed
@@ -77,6 +80,8 @@ MAX_REMEASURES = 2
 PREPARE_TIMEOUT_S = 60.0
 # Noise allowed between the two workers' pre-call moments before the excess is charged.
 PRE_CALL_SLACK_NS = 10_000
+# Noise allowed between the two workers' judge-timed leftovers before the excess is charged.
+EXCHANGE_SLACK_NS = 10_000
 # A reference call that had to wait longer than this for a quiet GPU is noted in the evidence.
 QUIET_NOTE_S = 2e-3
 # A candidate call that takes this many times longer by the synchronised clock than by events on
@@ -827,10 +832,10 @@ class Judge:
                 slots = [in_arena.alloc(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None
                          for v in inputs]
                 spec = [["T", s.to_wire()] if s is not None else ["S", v] for s, v in zip(slots, inputs, strict=True)]
-                # The reference's outputs come back only when the round is audited; the candidate's
-                # always do, so every round looks the same from inside its process.
-                outs = ([out_arena.alloc(s, d) for s, d in self.out_struct]
-                        if role == CANDIDATE or audited else [])
+                # Both workers' outputs come back every round: the candidate's so every round looks
+                # the same from inside its process, the reference's so both do the same work
+                # outside their timed calls (what the judge's clock sees beyond them is compared).
+                outs = [out_arena.alloc(s, d) for s, d in self.out_struct]
                 for s in outs:  # poisoned, so a slot never written cannot pass
                     view = out_arena.view(s)
                     view.fill_(float("nan") if view.is_floating_point() else 0x5A)
@@ -870,8 +875,10 @@ class Judge:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self._resume(role)
+            sent = time.perf_counter_ns()
             wire.send_json(worker.conn, {"op": "go"})
             res = self._recv(worker, limit, f"round {plan.r}")
+            res["j"] = time.perf_counter_ns() - sent  # the judge's own clock, never the worker's
         finally:
             self._stop(role)
         if res.get("op") != "round":
@@ -890,7 +897,9 @@ class Judge:
         t_cand_all: list[int] = []
         pre_ref_all: list[int] = []
         pre_cand_all: list[int] = []
-        charge = 0
+        untimed_ref_all: list[int] = []  # per round: the judge-timed exchange minus the reported call
+        untimed_cand_all: list[int] = []
+        charge = pre_charge = exchange_charge = 0
         e_ref_all: list[float] = []
         e_cand_all: list[float] = []
         self.quiet_waits: list[float] = []
@@ -952,6 +961,8 @@ class Judge:
                     t_cand_all.append(t_cand)
                     pre_ref_all.append(plan.times[REFERENCE]["pre"])
                     pre_cand_all.append(plan.times[CANDIDATE]["pre"])
+                    untimed_ref_all.append(plan.times[REFERENCE]["j"] - t_ref)
+                    untimed_cand_all.append(plan.times[CANDIDATE]["j"] - t_cand)
                     e_ref, e_cand = plan.times[REFERENCE].get("e"), plan.times[CANDIDATE].get("e")
                     if isinstance(e_ref, int | float) and isinstance(e_cand, int | float):
                         e_ref_all.append(float(e_ref))
@@ -966,7 +977,9 @@ class Judge:
             if timing_start is None:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
-            charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
+            pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
+            exchange_charge = exchange_charge_ns(untimed_ref_all, untimed_cand_all)
+            charge = max(pre_charge, exchange_charge)
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
             d = decide(stats, elapsed_s=time.monotonic() - start, budget_s=cfg.timing_budget_s,
@@ -976,6 +989,7 @@ class Judge:
             if d.discard:
                 remeasured += 1
                 t_ref_all, t_cand_all, pre_ref_all, pre_cand_all, e_ref_all, e_cand_all = [], [], [], [], [], []
+                untimed_ref_all, untimed_cand_all = [], []
                 continue
             if d.stop and stats is not None:  # without stats, keep going until num_buckets rounds
                 stable = d.stable
@@ -989,9 +1003,18 @@ class Judge:
             ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
             audited_rounds=audited, seconds=time.monotonic() - start,
             pre_call_ref_us_median=statistics.median(pre_ref_all) / 1e3,
-            pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=charge / 1e3,
+            pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=pre_charge / 1e3,
+            untimed_ref_us_median=statistics.median(untimed_ref_all) / 1e3,
+            untimed_cand_us_median=statistics.median(untimed_cand_all) / 1e3, exchange_charge_us=exchange_charge / 1e3,
         )
-        if charge:
+        if exchange_charge and exchange_charge >= pre_charge:
+            self.evidence.guards.append(
+                f"exchange_charge: by the judge's clock, each exchange with the candidate's process took "
+                f"{timing.untimed_cand_us_median:.1f} us beyond the call it reported (median), against "
+                f"{timing.untimed_ref_us_median:.1f} us for the reference's; the {exchange_charge / 1e3:.1f} us "
+                "excess per round (median of the rounds' differences) is added to every candidate call: "
+                "work outside its reported call, or a call reported shorter than it took")
+        elif pre_charge:
             self.evidence.guards.append(
                 f"pre_call_charge: the moment before each call (flush and sync, inputs already written) took "
                 f"{timing.pre_call_cand_us_median:.1f} us in the candidate's process against "
@@ -1116,6 +1139,24 @@ class Judge:
 def worker_cpu_cores(num_threads: int) -> int:
     """A worker's CPU quota in cores: its evaluation's threads plus one, at most the host's cores."""
     return max(1, min(num_threads + 1, os.cpu_count() or 1))
+
+
+def exchange_charge_ns(untimed_ref: list[int], untimed_cand: list[int]) -> int:
+    """What to add to every candidate call for time the judge's own clock saw and the candidate's
+    report did not.
+
+    For each call the judge times the whole exchange (go sent, result received) and subtracts the
+    call time the worker reported: what is left is the same protocol work in both workers (the
+    pre-call flush, the output copy and checks, the messages), so its median is the same for the
+    reference and an honest candidate. The candidate's process reports its own call time, and
+    code in that process can change what it reports (a patched clock) or do work after it
+    (a thread still running when the call returns); either makes its leftover longer than the
+    reference's. The median of the rounds' paired differences beyond noise (10 us plus 5% of the
+    reference's median leftover) is charged in full; below it nothing is."""
+    if not untimed_ref or len(untimed_ref) != len(untimed_cand):
+        return 0
+    excess = statistics.median([c - r for r, c in zip(untimed_ref, untimed_cand, strict=True)])
+    return int(excess) if excess > EXCHANGE_SLACK_NS + 0.05 * statistics.median(untimed_ref) else 0
 
 
 def pre_call_charge_ns(pre_ref: list[int], pre_cand: list[int]) -> int:

@@ -372,16 +372,18 @@ class Worker:
             return {"op": "error", "kind": kind, "round": r, "detail": traceback.format_exc()[-8000:]}
         slots = [self.Slot.from_wire(s) for s in rd.get("out") or []]
         outs = list(out) if isinstance(out, tuple | list) else [out]
-        if self.role == CANDIDATE:
-            problem = self._structure_problem(outs, out, slots)
-            if problem:
-                return {"op": "error", "kind": "structure", "round": r, "detail": problem}
-            # Outside the timed call, and the same in every round (audited or not).
-            problem = alias_problem(outs, args, self._prev_storages, self._ref_persists, self._ref_aliases_input)
-            if problem:
-                return {"op": "error", "kind": "persistent_output", "round": r, "detail": problem}
-            self._held = outs
-            self._prev_storages = [storage_span(o)[0] for o in outs if o.numel()]
+        # Outside the timed call, the same work in both workers and in every round (audited or
+        # not): the judge's clock sees the whole exchange, and what it sees beyond the reported
+        # call must cost the same in both processes (Judge._exchange_charge_ns). Only the
+        # candidate's findings count.
+        problem = self._structure_problem(outs, out, slots)
+        if problem and self.role == CANDIDATE:
+            return {"op": "error", "kind": "structure", "round": r, "detail": problem}
+        problem = alias_problem(outs, args, self._prev_storages, self._ref_persists, self._ref_aliases_input)
+        if problem and self.role == CANDIDATE:
+            return {"op": "error", "kind": "persistent_output", "round": r, "detail": problem}
+        self._held = outs
+        self._prev_storages = [storage_span(o)[0] for o in outs if o.numel()]
         try:
             for o, s in zip(outs, slots, strict=False):
                 self.out_arena.view(s).copy_(o)

@@ -262,3 +262,26 @@ def test_a_degenerate_task_pays_no_speedup(build_pool):
     assert "does not depend on them" in r.evidence.task_flags["degenerate"]
     assert any(g.startswith("task_degenerate:") for g in r.evidence.guards), r.evidence.guards
     assert r.evidence.timing.raw_speedup > 2, r.evidence.timing  # what would have been paid
+
+
+def test_a_patched_worker_clock_is_charged_what_the_judges_clock_saw(task, build_pool):
+    # The candidate replaces the worker's clock, so every call it reports takes 1 us. The judge
+    # times each whole exchange with its own clock: what is left beyond the reported call is
+    # longer than the reference's by the call's real length, and that excess is charged.
+    r = _score(task, RUNTIME / "harness_clock_patch.py", build_pool)
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
+    t = r.evidence.timing
+    assert t.cand_time_us_median < 5, t  # the patched clock did report near-free calls
+    assert t.exchange_charge_us > 10 and t.untimed_cand_us_median > t.untimed_ref_us_median, t
+    assert r.speedup < 2.0, (r.speedup, t)  # it computes what the reference does (>50x unpatched)
+    assert any(g.startswith("exchange_charge:") for g in r.evidence.guards), r.evidence.guards
+
+
+def test_an_honest_candidate_is_charged_nothing_for_the_exchange(task, data_dir, build_pool):
+    # Both workers do the same work outside their calls (output copy and checks every round), so
+    # an identical candidate's leftover matches the reference's.
+    r = _score(task, data_dir / "cand_same.py", build_pool)
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
+    t = r.evidence.timing
+    assert t.exchange_charge_us == 0 and t.untimed_ref_us_median > 0, t
+    assert not any(g.startswith("exchange_charge:") for g in r.evidence.guards), r.evidence.guards

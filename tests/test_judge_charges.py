@@ -1,0 +1,59 @@
+"""The judge's charges for time a candidate's report leaves out (evalfarm.judge.judge)."""
+
+from __future__ import annotations
+
+import statistics
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evalfarm.judge.judge import (
+    EXCHANGE_SLACK_NS,
+    PRE_CALL_SLACK_NS,
+    exchange_charge_ns,
+    pre_call_charge_ns,
+)
+
+leftovers = st.lists(st.integers(min_value=50_000, max_value=2_000_000), min_size=1, max_size=200)
+
+
+@given(leftovers, st.integers(min_value=0, max_value=5_000_000))
+def test_a_constant_excess_is_charged_in_full_beyond_the_slack_and_not_at_all_below(ref, excess):
+    cand = [r + excess for r in ref]
+    slack = EXCHANGE_SLACK_NS + 0.05 * statistics.median(ref)
+    assert exchange_charge_ns(ref, cand) == (excess if excess > slack else 0)
+
+
+@given(leftovers, st.randoms(use_true_random=False))
+def test_the_same_leftovers_in_another_order_are_charged_nothing_beyond_noise(ref, rng):
+    # Paired per round, but a reordering is only noise: its median difference stays under the
+    # slack when the spread is small, and is never negative-charged.
+    cand = list(ref)
+    rng.shuffle(cand)
+    charge = exchange_charge_ns(ref, cand)
+    assert charge >= 0
+    if max(ref) - min(ref) <= EXCHANGE_SLACK_NS:
+        assert charge == 0
+
+
+def test_a_candidate_faster_than_the_reference_outside_its_call_is_not_credited():
+    ref = [300_000] * 50
+    assert exchange_charge_ns(ref, [200_000] * 50) == 0
+
+
+def test_no_rounds_or_unpaired_rounds_charge_nothing():
+    assert exchange_charge_ns([], []) == 0
+    assert exchange_charge_ns([100_000, 100_000], [900_000]) == 0
+
+
+def test_a_patched_clock_is_charged_the_real_call():
+    # The worker reports 1 us calls that took 80 us: its leftover is 80 us longer each round.
+    ref = [250_000 + 1_000 * (i % 7) for i in range(300)]
+    cand = [r + 79_000 + 500 * (i % 3) for i, r in enumerate(ref)]
+    assert 79_000 <= exchange_charge_ns(ref, cand) <= 80_000
+
+
+def test_the_pre_call_charge_keeps_its_own_slack():
+    ref = [20_000] * 10
+    assert pre_call_charge_ns(ref, [20_000 + PRE_CALL_SLACK_NS] * 10) == 0
+    assert pre_call_charge_ns(ref, [20_000 + PRE_CALL_SLACK_NS + 3_000] * 10) == PRE_CALL_SLACK_NS + 3_000
