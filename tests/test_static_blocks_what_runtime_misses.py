@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm import ScoreConfig, Verdict, bubblewrap
+from evalfarm import ScoreConfig, Verdict, bubblewrap, cgroup
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import as_candidate, as_task, score
 
@@ -67,9 +67,10 @@ def test_process_abuse_a_child_that_outlives_the_verdict(task, build_pool, monke
     # Unsafe to run: a detached child (its own session) escapes the stop of the candidate's
     # process group, so it runs while the reference is timed. The runtime now ends it with the
     # evaluation (the judge is a child subreaper and kills every descendant; as root the worker's
-    # PID namespace goes too), so it no longer outlives the verdict; while the evaluation runs,
-    # without a PID namespace, it can still reach the reference worker's process: the static rule
-    # keeps blocking (docs/security.md).
+    # PID namespace goes too), so it no longer outlives the verdict, and where the worker has a
+    # cgroup the judge finds it outside the group after the first call (escaped_process). Without
+    # a cgroup it runs unseen while the evaluation runs, and without a PID namespace it can still
+    # reach the reference worker's process: the static rule keeps blocking (docs/security.md).
     marker = tmp_path / "child-was-here"
     child = f"import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).write_text('x')"
     extra = f"\nimport subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True)\n"
@@ -79,6 +80,11 @@ def test_process_abuse_a_child_that_outlives_the_verdict(task, build_pool, monke
     with monkeypatch.context() as m:
         m.setattr("evalfarm.scoring.check_candidate_source", lambda *a, **k: [])
         off = score_attack(task, src, build_pool, QUICK)
-    assert off.verdict is Verdict.OK, (off.verdict, off.detail)
+    probe = cgroup.create("probe")[0]
+    if probe is not None:
+        probe.remove()
+        assert off.verdict is Verdict.HACK_DETECTED and "escaped_process" in off.detail, (off.verdict, off.detail)
+    else:
+        assert off.verdict is Verdict.OK, (off.verdict, off.detail)
     subprocess.run([sys.executable, "-c", "import time; time.sleep(5)"], check=True)
     assert not marker.exists(), "a child of the candidate outlived its evaluation"

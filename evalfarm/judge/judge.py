@@ -235,6 +235,22 @@ class WorkerHandle:
         cpu = f", CPU {cpu_cores} cores" if cpu_cores is not None and self.cgroup.has_cpu else ""
         return f"{self.cgroup_note} per worker: {total}{sandbox.MAX_PROCESSES} processes and threads{cpu}"
 
+    def escaped_processes(self) -> list[int]:
+        """Processes in its cgroup that are not in its process group (what stopping the group
+        does not stop); [] where it has no cgroup or every process is in the group."""
+        if self.cgroup is None:
+            return []
+        out = []
+        for pid in self.cgroup.pids():
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # exited meanwhile
+            if len(fields) > 2 and int(fields[2]) != self.proc.pid:  # state, ppid, pgrp
+                out.append(pid)
+        return out
+
     def oom_note(self) -> str:
         """Why it died, when its cgroup's OOM killer ended one of its processes ("" otherwise)."""
         if self.cgroup is None or not self.cgroup.oom_kills():
@@ -887,7 +903,25 @@ class Judge:
             self._raise_worker_error(res, worker)
         if _int(res, "r") != plan.r or _int(res, "t") <= 0 or _int(res, "pre") < 0:
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: round results do not match the rounds sent")
+        if role == CANDIDATE:
+            self._check_contained(worker)
         return res
+
+    @staticmethod
+    def _check_contained(worker: WorkerHandle) -> None:
+        """HACK_DETECTED when a process of the candidate's cgroup left its process group.
+
+        Stopping a worker stops its process group; a process that left it (setsid, setpgid) would
+        run on while the candidate is stopped: during the reference's call, or while the next
+        inputs are written, which it could read ahead. Checked after each of the candidate's calls,
+        once its group was stopped. Where the worker has no cgroup nothing can be listed, and the
+        static rule process_abuse is what refuses such code."""
+        escaped = worker.escaped_processes()
+        if escaped:
+            raise Verdicted(Verdict.HACK_DETECTED, (
+                f"guard escaped_process: {len(escaped)} process(es) of the candidate left its process group "
+                f"(setsid or setpgid; pids {', '.join(map(str, escaped[:5]))}), so they would keep running while "
+                "its process is stopped"))
 
     def _measure(self) -> ScoreResult:
         cfg = self.config

@@ -240,3 +240,13 @@ def test_an_evaluations_workers_get_a_cpu_quota_and_say_so(data_dir, build_pool)
     else:
         assert all("CPU" not in n for n in notes), notes
     assert worker_cpu_cores(1) == min(2, os.cpu_count() or 1) and worker_cpu_cores(10_000) == os.cpu_count()
+
+
+@needs_cgroup
+def test_a_child_that_leaves_the_candidates_process_group_is_hack_detected(data_dir, build_pool):
+    # Stopping the candidate stops its process group; a setsid() child would run on while the
+    # reference is timed. Its cgroup still lists it, outside the group: the judge refuses it.
+    task = as_task(str(data_dir / "task_scale.py"))
+    cfg = ScoreConfig(num_correctness_inputs=10, timing_budget_s=0.5, min_timed_rounds=10)
+    r = score_attack(task, RUNTIME / "escaped_child.py", build_pool, cfg)
+    assert r.verdict is Verdict.HACK_DETECTED and "guard escaped_process" in r.detail, (r.verdict, r.detail)
