@@ -8,6 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evalfarm.judge.judge import (
+    EXCHANGE_SLACK_CALL_FRACTION,
+    EXCHANGE_SLACK_FRACTION,
     EXCHANGE_SLACK_NS,
     PRE_CALL_SLACK_NS,
     exchange_charge_ns,
@@ -20,7 +22,7 @@ leftovers = st.lists(st.integers(min_value=50_000, max_value=2_000_000), min_siz
 @given(leftovers, st.integers(min_value=0, max_value=5_000_000))
 def test_a_constant_excess_is_charged_in_full_beyond_the_slack_and_not_at_all_below(ref, excess):
     cand = [r + excess for r in ref]
-    slack = EXCHANGE_SLACK_NS + 0.05 * statistics.median(ref)
+    slack = EXCHANGE_SLACK_NS + EXCHANGE_SLACK_FRACTION * statistics.median(ref)
     assert exchange_charge_ns(ref, cand) == (excess if excess > slack else 0)
 
 
@@ -57,3 +59,15 @@ def test_the_pre_call_charge_keeps_its_own_slack():
     ref = [20_000] * 10
     assert pre_call_charge_ns(ref, [20_000 + PRE_CALL_SLACK_NS] * 10) == 0
     assert pre_call_charge_ns(ref, [20_000 + PRE_CALL_SLACK_NS + 3_000] * 10) == PRE_CALL_SLACK_NS + 3_000
+
+
+def test_a_long_call_is_allowed_a_share_of_its_own_time_after_it():
+    # A 2 ms call whose memory traffic slows what follows it by 80 us is not charged; the same
+    # 80 us after a 20 us call is.
+    ref = [500_000] * 100
+    cand = [580_000] * 100
+    slack_base = EXCHANGE_SLACK_NS + EXCHANGE_SLACK_FRACTION * 500_000
+    assert 80_000 > slack_base + EXCHANGE_SLACK_CALL_FRACTION * 20_000  # charged without the call's share
+    assert exchange_charge_ns(ref, cand, [20_000] * 100) == 80_000
+    assert 80_000 <= slack_base + EXCHANGE_SLACK_CALL_FRACTION * 2_000_000
+    assert exchange_charge_ns(ref, cand, [2_000_000] * 100) == 0

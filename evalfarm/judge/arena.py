@@ -144,6 +144,17 @@ class Arena:
         self._top = end
         return slot
 
+    def strided_view(self, slot: Slot, strides: Any) -> torch.Tensor:
+        """The slot read with ``strides`` (an output copied in its own dense layout), or its plain
+        view for None. Strides that are not a dense permutation of the slot's shape are refused
+        (they come from the worker's report): ValueError."""
+        view = self.view(slot)
+        if strides is None:
+            return view
+        if not dense_permutation(slot.shape, strides):
+            raise ValueError(f"strides {strides!r} are not a dense layout of shape {slot.shape}")
+        return view.as_strided(slot.shape, tuple(int(x) for x in strides))
+
     def view(self, slot: Slot) -> torch.Tensor:
         if slot.offset < 0 or slot.offset % ALIGN or slot.offset + slot.nbytes > self.capacity:
             raise ValueError(f"slot {slot} outside the arena")
@@ -177,3 +188,30 @@ def _private_cuda_buffer(nbytes: int, device: str) -> tuple[torch.Tensor, None, 
         buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
     return buf, None, pool
 
+
+
+def dense_permutation(shape: tuple[int, ...], strides: Any) -> bool:
+    """Whether ``strides`` lay out ``shape`` densely and without overlap in some order of its
+    dimensions (row-major, column-major, channels-last ...): its elements fill exactly
+    ``numel`` consecutive places, so a copy between two tensors of this layout is a plain copy
+    of one block."""
+    if not isinstance(strides, list | tuple) or len(strides) != len(shape):
+        return False
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in strides):
+        return False
+    expected = 1
+    for size, stride in sorted(((n, st) for n, st in zip(shape, strides, strict=True) if n != 1),
+                               key=lambda d: (d[1], d[0])):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def dense_strides(t: torch.Tensor) -> list[int] | None:
+    """``t``'s strides when it is dense in a layout other than row-major (None when row-major,
+    or when it is not dense: then it is copied element by element into a row-major slot)."""
+    if t.is_contiguous():
+        return None
+    strides = list(t.stride())
+    return strides if dense_permutation(tuple(t.shape), strides) else None

@@ -80,8 +80,13 @@ MAX_REMEASURES = 2
 PREPARE_TIMEOUT_S = 60.0
 # Noise allowed between the two workers' pre-call moments before the excess is charged.
 PRE_CALL_SLACK_NS = 10_000
-# Noise allowed between the two workers' judge-timed leftovers before the excess is charged.
+# Noise allowed between the two workers' judge-timed leftovers before the excess is charged: this
+# much plus this share of the reference's median leftover.
 EXCHANGE_SLACK_NS = 10_000
+EXCHANGE_SLACK_FRACTION = 0.1
+# ... and this share of the candidate's own median call (what its memory traffic leaves behind,
+# dirty cache lines written back after it returns, is not charged up to this much).
+EXCHANGE_SLACK_CALL_FRACTION = 0.05
 # A reference call that had to wait longer than this for a quiet GPU is noted in the evidence.
 QUIET_NOTE_S = 2e-3
 # A candidate call that takes this many times longer by the synchronised clock than by events on
@@ -1012,7 +1017,7 @@ class Judge:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
-            exchange_charge = exchange_charge_ns(untimed_ref_all, untimed_cand_all)
+            exchange_charge = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
             charge = max(pre_charge, exchange_charge)
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
@@ -1096,7 +1101,14 @@ class Judge:
         Verdicted, or return the comparison."""
         def outputs(role: str) -> Any:
             arena = self.arenas[role, "out"]
-            views = [arena.view(s) for s in plan.calls[role].out_slots]
+            slots = plan.calls[role].out_slots
+            layouts = plan.times[role].get("strides")
+            if not isinstance(layouts, list) or len(layouts) != len(slots):
+                layouts = [None] * len(slots)
+            try:
+                views = [arena.strided_view(s, st) for s, st in zip(slots, layouts, strict=True)]
+            except ValueError as err:
+                raise Verdicted(Verdict.HACK_DETECTED, f"guard worker_protocol: {err}") from None
             return tuple(views) if self.tuple_out else views[0]
 
         c = compare_outputs(outputs(CANDIDATE), outputs(REFERENCE), self.config.tolerance)
@@ -1175,7 +1187,7 @@ def worker_cpu_cores(num_threads: int) -> int:
     return max(1, min(num_threads + 1, os.cpu_count() or 1))
 
 
-def exchange_charge_ns(untimed_ref: list[int], untimed_cand: list[int]) -> int:
+def exchange_charge_ns(untimed_ref: list[int], untimed_cand: list[int], cand_calls: list[int] | None = None) -> int:
     """What to add to every candidate call for time the judge's own clock saw and the candidate's
     report did not.
 
@@ -1185,12 +1197,16 @@ def exchange_charge_ns(untimed_ref: list[int], untimed_cand: list[int]) -> int:
     reference and an honest candidate. The candidate's process reports its own call time, and
     code in that process can change what it reports (a patched clock) or do work after it
     (a thread still running when the call returns); either makes its leftover longer than the
-    reference's. The median of the rounds' paired differences beyond noise (10 us plus 5% of the
-    reference's median leftover) is charged in full; below it nothing is."""
+    reference's. The median of the rounds' paired differences beyond noise (10 us, plus 10% of the
+    reference's median leftover, plus 5% of the candidate's median reported call ``cand_calls``)
+    is charged in full; below it nothing is. An under-report hides at most that slack."""
     if not untimed_ref or len(untimed_ref) != len(untimed_cand):
         return 0
     excess = statistics.median([c - r for r, c in zip(untimed_ref, untimed_cand, strict=True)])
-    return int(excess) if excess > EXCHANGE_SLACK_NS + 0.05 * statistics.median(untimed_ref) else 0
+    slack = EXCHANGE_SLACK_NS + EXCHANGE_SLACK_FRACTION * statistics.median(untimed_ref)
+    if cand_calls:
+        slack += EXCHANGE_SLACK_CALL_FRACTION * statistics.median(cand_calls)
+    return int(excess) if excess > slack else 0
 
 
 def pre_call_charge_ns(pre_ref: list[int], pre_cand: list[int]) -> int:
