@@ -47,6 +47,18 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
+def _stat(path: str, key: str) -> int:
+    """The value of ``key`` in a cgroup file of "key value" lines; 0 where it is not there."""
+    try:
+        for line in _read(path).splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def _own(controller: str | None) -> str | None:
     """This process's cgroup directory: v2 (controller None) or the v1 hierarchy of ``controller``."""
     try:
@@ -107,16 +119,7 @@ class Cgroup:
 
     def cpu_throttled(self) -> int:
         """How many periods its processes were held back by the CPU quota (0 without one)."""
-        if not self.has_cpu:
-            return 0
-        try:
-            for line in _read(os.path.join(self.dirs[-1], "cpu.stat")).splitlines():
-                key, _, value = line.partition(" ")
-                if key == "nr_throttled":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return 0
+        return _stat(os.path.join(self.dirs[-1], "cpu.stat"), "nr_throttled") if self.has_cpu else 0
 
     def pids(self) -> list[int]:
         if not self.dirs:  # a v1 cgroup whose first controller's directory could not be made
@@ -129,14 +132,7 @@ class Cgroup:
     def oom_kills(self) -> int:
         """How many processes of this cgroup the OOM killer ended."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
-        try:
-            for line in _read(os.path.join(self.memory_dir, name)).splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return 0
+        return _stat(os.path.join(self.memory_dir, name), "oom_kill")
 
     def kill(self, timeout_s: float = 5.0) -> None:
         """SIGKILL every process in it (``cgroup.kill`` where the kernel has it)."""
