@@ -94,6 +94,13 @@ class ScoreConfig:
     # there INCORRECT.
     check_other_sizes: bool = False
     require_other_sizes: bool = False
+    # The judge times every exchange with a worker itself; the candidate's leftover beyond the
+    # call it reported, over the reference's, is always measured and reported
+    # (timing.exchange_excess_us). With this on it is also added to every candidate call, which
+    # stops a candidate that changes the call times its own process reports (a patched clock).
+    # Off by default: on a CPU host shared by concurrent evaluations, honest candidates' leftovers
+    # were measured several milliseconds over the reference's (docs/security.md).
+    charge_exchange: bool = False
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -108,7 +115,7 @@ class ScoreConfig:
 
         if self.guard_policy not in GuardPolicy.NAMES:
             raise ConfigError(f"guard_policy must be one of {', '.join(GuardPolicy.NAMES)}, got {self.guard_policy!r}")
-        for name in ("check_other_sizes", "require_other_sizes"):
+        for name in ("check_other_sizes", "require_other_sizes", "charge_exchange"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.min_timed_rounds < self.num_buckets:

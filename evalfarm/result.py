@@ -34,10 +34,12 @@ class TimingEvidence:
     pre_call_cand_us_median: float | None = None
     pre_call_charge_us: float = 0.0
     # The judge's own clock: each exchange (go sent, result received) minus the call time the
-    # worker reported, median per worker, and what was added to every candidate call for the
-    # candidate's excess. The larger of the two charges applies.
+    # worker reported, median per worker; the candidate's excess over the reference's beyond
+    # noise (always measured), and what of it was added to every candidate call (with
+    # charge_exchange on; the larger of the two charges applies).
     untimed_ref_us_median: float | None = None
     untimed_cand_us_median: float | None = None
+    exchange_excess_us: float = 0.0
     exchange_charge_us: float = 0.0
 
 

@@ -80,6 +80,7 @@ def main() -> int:
                        # What the judge added to each candidate call (an older farm has no exchange charge).
                        "charge_us": max(getattr(t, "pre_call_charge_us", 0.0) or 0.0,
                                         getattr(t, "exchange_charge_us", 0.0) or 0.0) if t else None,
+                       "exchange_excess_us": getattr(t, "exchange_excess_us", None) if t else None,
                        "detail": r.detail[:300], "floor_applied": floor.get("applied"),
                        "guards": r.evidence.guards, "seconds": time.monotonic() - t0,
                        "phases": r.evidence.phases_s,
@@ -90,15 +91,16 @@ def main() -> int:
         args.out.write_text(json.dumps({"label": args.label, "root": str(args.root), "rows": rows}, indent=2))
     bad = [r for r in rows if r["verdict"] != "OK"]
     print(f"{'task':<7}{'variant':<34}{'verdict':<15}{'speedup':>8}{'raw':>8}{'ref us':>10}{'cand us':>10}"
-          f"{'chg us':>8}{'s':>6}")
+          f"{'chg us':>8}{'xs us':>8}{'s':>6}")
     for r in rows:
         sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}"
         raw = "-" if r["raw"] is None else f"{r['raw']:.3f}"
         ref = "-" if r["ref_us"] is None else f"{r['ref_us']:.1f}"
         cu = "-" if r["cand_us"] is None else f"{r['cand_us']:.1f}"
         chg = "-" if r["charge_us"] is None else f"{r['charge_us']:.1f}"
+        xs = "-" if r["exchange_excess_us"] is None else f"{r['exchange_excess_us']:.1f}"
         print(f"{r['task']:<7}{r['variant'][:33]:<34}{r['verdict']:<15}{sp:>8}{raw:>8}{ref:>10}{cu:>10}"
-              f"{chg:>8}{r['seconds']:>6.1f}")
+              f"{chg:>8}{xs:>8}{r['seconds']:>6.1f}")
     print(f"{args.label or args.root}: {len(rows) - len(bad)}/{len(rows)} honest candidates OK")
     return 1 if bad else 0
 

@@ -40,13 +40,17 @@ def _sweep(headers, cfg: ScoreConfig, pool: BuildPool, static: str) -> list[dict
                 "static": static, "verdict": r.verdict.value, "speedup": r.speedup, "claim": h.speedup,
                 "claim_met": r.verdict is Verdict.OK and h.claim_met(r.speedup),
                 "detail": (r.detail or "")[:1500],
-                # What the judge charged the candidate's calls (pre-call flush, exchange), in us.
+                # What the judge charged the candidate's calls (pre-call flush, exchange), in us, and
+                # the exchange excess it measured (charged only with charge_exchange on).
                 "charges_us": ([r.evidence.timing.pre_call_charge_us, r.evidence.timing.exchange_charge_us]
                                if r.evidence.timing else None),
+                "exchange_excess_us": r.evidence.timing.exchange_excess_us if r.evidence.timing else None,
             }
             rows.append(row)
             sp = f"{r.speedup:.2f}" if r.speedup is not None else "-"
             charged = f" charged {max(row['charges_us']):.0f} us" if row["charges_us"] and max(row["charges_us"]) else ""
+            if row["exchange_excess_us"]:
+                charged += f" exchange excess {row['exchange_excess_us']:.0f} us"
             print(f"{h.path.name:44s} {h.task:6s} {row['style'][:40]:40s} {row['verdict']:16s} {sp:>7s} "
                   f"{h.speedup:>6s} {'met' if row['claim_met'] else 'NOT MET'}{charged}", flush=True)
             if r.verdict is not Verdict.OK:

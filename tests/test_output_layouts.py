@@ -57,16 +57,17 @@ def test_a_column_major_output_is_copied_as_one_block_and_read_back_in_its_layou
         arena.close()
 
 
+@pytest.mark.exclusive  # the exchange excess is measured while no other evaluation competes for the cores
 @pytest.mark.parametrize("wrong", [False, True], ids=["right", "one-element-wrong"])
 def test_a_column_major_candidate_is_judged_by_its_values_and_not_charged_for_its_layout(data_dir, build_pool, wrong):
     task = as_task(str(data_dir / "task_matrix.py"))
     source = COLUMN_MAJOR.format(wrong="out[3, 5] += 1.0" if wrong else "")
-    cfg = ScoreConfig(num_correctness_inputs=30, timing_budget_s=1.0, min_timed_rounds=35)
+    cfg = ScoreConfig(num_correctness_inputs=30, timing_budget_s=1.0, min_timed_rounds=35, charge_exchange=True)
     r = score(task, as_candidate(source), cfg, build_pool=build_pool)
     if wrong:
         assert r.verdict is Verdict.INCORRECT and "correctness input" in r.detail, (r.verdict, r.detail)
         return
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
-    # Copied into a row-major slot element by element, the 4 MB output took ~1.3 ms more after each
-    # call than the reference's copy, and that was charged; in its own layout it costs the same.
-    assert r.evidence.timing.exchange_charge_us < 400, r.evidence.timing
+    # Copied into a row-major slot element by element, the 4 MB output took ~1.3-2 ms more after
+    # each call than the reference's copy, and that was charged; in its own layout it costs the same.
+    assert r.evidence.timing.exchange_excess_us < 400, r.evidence.timing

@@ -938,7 +938,7 @@ class Judge:
         pre_cand_all: list[int] = []
         untimed_ref_all: list[int] = []  # per round: the judge-timed exchange minus the reported call
         untimed_cand_all: list[int] = []
-        charge = pre_charge = exchange_charge = 0
+        charge = pre_charge = exchange_charge = exchange_excess = 0
         e_ref_all: list[float] = []
         e_cand_all: list[float] = []
         self.quiet_waits: list[float] = []
@@ -1017,7 +1017,8 @@ class Judge:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
-            exchange_charge = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
+            exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
+            exchange_charge = exchange_excess if cfg.charge_exchange else 0
             charge = max(pre_charge, exchange_charge)
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
@@ -1045,6 +1046,7 @@ class Judge:
             pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=pre_charge / 1e3,
             untimed_ref_us_median=statistics.median(untimed_ref_all) / 1e3,
             untimed_cand_us_median=statistics.median(untimed_cand_all) / 1e3, exchange_charge_us=exchange_charge / 1e3,
+            exchange_excess_us=exchange_excess / 1e3,
         )
         if exchange_charge and exchange_charge >= pre_charge:
             self.evidence.guards.append(
@@ -1053,7 +1055,14 @@ class Judge:
                 f"{timing.untimed_ref_us_median:.1f} us for the reference's; the {exchange_charge / 1e3:.1f} us "
                 "excess per round (median of the rounds' differences) is added to every candidate call: "
                 "work outside its reported call, or a call reported shorter than it took")
-        elif pre_charge:
+        elif exchange_excess:
+            self.evidence.guards.append(
+                f"exchange_excess: by the judge's clock, each exchange with the candidate's process took "
+                f"{timing.untimed_cand_us_median:.1f} us beyond the call it reported (median), against "
+                f"{timing.untimed_ref_us_median:.1f} us for the reference's ({exchange_excess / 1e3:.1f} us more per "
+                "round); not charged (charge_exchange is off): work outside its reported call, a call "
+                "reported shorter than it took, or a busy host")
+        if pre_charge and not (exchange_charge and exchange_charge >= pre_charge):
             self.evidence.guards.append(
                 f"pre_call_charge: the moment before each call (flush and sync, inputs already written) took "
                 f"{timing.pre_call_cand_us_median:.1f} us in the candidate's process against "

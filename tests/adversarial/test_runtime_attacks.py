@@ -267,8 +267,12 @@ def test_a_degenerate_task_pays_no_speedup(build_pool):
 def test_a_patched_worker_clock_is_charged_what_the_judges_clock_saw(task, build_pool):
     # The candidate replaces the worker's clock, so every call it reports takes 1 us. The judge
     # times each whole exchange with its own clock: what is left beyond the reported call is
-    # longer than the reference's by the call's real length, and that excess is charged.
-    r = _score(task, RUNTIME / "harness_clock_patch.py", build_pool)
+    # longer than the reference's by the call's real length. That excess is always reported; with
+    # charge_exchange on it is added to every call and the attack earns nothing.
+    off = _score(task, RUNTIME / "harness_clock_patch.py", build_pool)
+    assert off.verdict is Verdict.OK and off.evidence.timing.exchange_excess_us > 10, off.evidence.timing
+    assert any(g.startswith("exchange_excess:") for g in off.evidence.guards), off.evidence.guards
+    r = _score(task, RUNTIME / "harness_clock_patch.py", build_pool, charge_exchange=True)
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
     t = r.evidence.timing
     assert t.cand_time_us_median < 5, t  # the patched clock did report near-free calls
@@ -277,11 +281,12 @@ def test_a_patched_worker_clock_is_charged_what_the_judges_clock_saw(task, build
     assert any(g.startswith("exchange_charge:") for g in r.evidence.guards), r.evidence.guards
 
 
-def test_an_honest_candidate_is_charged_nothing_for_the_exchange(task, data_dir, build_pool):
+@pytest.mark.exclusive  # measured while no other evaluation competes for the cores
+def test_an_honest_candidate_shows_no_exchange_excess(task, data_dir, build_pool):
     # Both workers do the same work outside their calls (output copy and checks every round), so
-    # an identical candidate's leftover matches the reference's.
-    r = _score(task, data_dir / "cand_same.py", build_pool)
+    # on a quiet host an identical candidate's leftover matches the reference's.
+    r = _score(task, data_dir / "cand_same.py", build_pool, charge_exchange=True)
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
     t = r.evidence.timing
-    assert t.exchange_charge_us == 0 and t.untimed_ref_us_median > 0, t
-    assert not any(g.startswith("exchange_charge:") for g in r.evidence.guards), r.evidence.guards
+    assert t.exchange_excess_us == 0 and t.exchange_charge_us == 0 and t.untimed_ref_us_median > 0, t
+    assert not any(g.startswith("exchange_") for g in r.evidence.guards), r.evidence.guards
