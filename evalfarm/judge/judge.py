@@ -17,8 +17,8 @@ starts. That last flush-and-sync is the only untimed moment the candidate could 
 when its median takes longer in the candidate's process than in the reference's, the excess is
 added to every candidate call (``TimingEvidence.pre_call_charge_us``). The judge also times each
 whole exchange with its own clock: what it saw beyond the call the candidate's process reported
-(a patched clock, work after the call) is compared with the reference's, and the excess charged
-the same way (``TimingEvidence.exchange_charge_us``). The candidate's process group is stopped (SIGSTOP) whenever
+(a patched clock, work after the call) is compared with the reference's; the excess is reported
+(``TimingEvidence.exchange_excess_us``) and, with ``charge_exchange`` on, charged the same way. The candidate's process group is stopped (SIGSTOP) whenever
 its own call is not under way, so it cannot compute ahead, or compete with the reference,
 while the reference runs; on a GPU, the reference worker also waits until no other work is
 running on the device before its call. Every correctness round and a random share of timed
