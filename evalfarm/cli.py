@@ -68,6 +68,10 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", choices=["strict", "kernelbench"], default=None, help="None: strict")
     p.add_argument("--guard-policy", choices=["honest", "paper", "strict", "permissive"], default=None,
                    help="which static findings decide alone (None: honest; paper = KernelBench's rules)")
+    p.add_argument("--charge-exchange", action="store_true",
+                   help="add to every candidate call the time the judge's own clock saw beyond the calls the "
+                        "candidate's process reported, over the reference's (always reported as "
+                        "timing.exchange_excess_us); for a quiet host (docs/security.md)")
     p.add_argument("--size-profile", default=None, help="task size profile (None: auto)")
     p.add_argument("--kernelbench-root", default=None, help="resolve --task in a KernelBench checkout")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR),
@@ -93,6 +97,7 @@ def _config_from(args: argparse.Namespace) -> ScoreConfig:
         changes["guard_policy"] = args.guard_policy
     changes["check_other_sizes"] = bool(args.other_sizes)
     changes["require_other_sizes"] = bool(args.require_other_sizes)
+    changes["charge_exchange"] = bool(args.charge_exchange)
     return ScoreConfig(**changes)  # type: ignore[arg-type]
 
 
@@ -265,7 +270,8 @@ def _remote_batch_scorer(args: argparse.Namespace) -> tuple[object, object]:
 
 _OPTION_FLAGS = {"num_correctness_inputs": "inputs", "timing_budget_s": "budget", "tolerance": "tolerance",
                  "size_profile": "size_profile", "guard_policy": "guard_policy",
-                 "check_other_sizes": "other_sizes", "require_other_sizes": "require_other_sizes"}
+                 "check_other_sizes": "other_sizes", "require_other_sizes": "require_other_sizes",
+                 "charge_exchange": "charge_exchange"}
 
 
 def run_tasks(args: argparse.Namespace) -> int:

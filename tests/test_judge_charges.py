@@ -71,3 +71,12 @@ def test_a_long_call_is_allowed_a_share_of_its_own_time_after_it():
     assert exchange_charge_ns(ref, cand, [20_000] * 100) == 80_000
     assert 80_000 <= slack_base + EXCHANGE_SLACK_CALL_FRACTION * 2_000_000
     assert exchange_charge_ns(ref, cand, [2_000_000] * 100) == 0
+
+
+def test_the_score_command_turns_the_exchange_charge_on_only_when_asked():
+    from evalfarm.cli import _config_from, build_parser
+
+    parser = build_parser()
+    assert _config_from(parser.parse_args(["score", "--task", "L1/1", "--candidate", "c.py"])).charge_exchange is False
+    on = parser.parse_args(["score", "--task", "L1/1", "--candidate", "c.py", "--charge-exchange"])
+    assert _config_from(on).charge_exchange is True
