@@ -68,10 +68,11 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", choices=["strict", "kernelbench"], default=None, help="None: strict")
     p.add_argument("--guard-policy", choices=["honest", "paper", "strict", "permissive"], default=None,
                    help="which static findings decide alone (None: honest; paper = KernelBench's rules)")
-    p.add_argument("--charge-exchange", action="store_true",
+    p.add_argument("--charge-exchange", choices=["auto", "on", "off"], nargs="?", const="on", default="auto",
                    help="add to every candidate call the time the judge's own clock saw beyond the calls the "
                         "candidate's process reported, over the reference's (always reported as "
-                        "timing.exchange_excess_us); for a quiet host (docs/security.md)")
+                        "timing.exchange_excess_us); auto (the default): on a GPU only; on: also on a CPU, for "
+                        "a quiet host (docs/security.md)")
     p.add_argument("--size-profile", default=None, help="task size profile (None: auto)")
     p.add_argument("--kernelbench-root", default=None, help="resolve --task in a KernelBench checkout")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR),
@@ -97,7 +98,8 @@ def _config_from(args: argparse.Namespace) -> ScoreConfig:
         changes["guard_policy"] = args.guard_policy
     changes["check_other_sizes"] = bool(args.other_sizes)
     changes["require_other_sizes"] = bool(args.require_other_sizes)
-    changes["charge_exchange"] = bool(args.charge_exchange)
+    if args.charge_exchange != "auto":
+        changes["charge_exchange"] = args.charge_exchange == "on"
     return ScoreConfig(**changes)  # type: ignore[arg-type]
 
 

@@ -96,11 +96,13 @@ class ScoreConfig:
     require_other_sizes: bool = False
     # The judge times every exchange with a worker itself; the candidate's leftover beyond the
     # call it reported, over the reference's, is always measured and reported
-    # (timing.exchange_excess_us). With this on it is also added to every candidate call, which
-    # stops a candidate that changes the call times its own process reports (a patched clock).
-    # Off by default: on a CPU host shared by concurrent evaluations, honest candidates' leftovers
-    # were measured several milliseconds over the reference's (docs/security.md).
-    charge_exchange: bool = False
+    # (timing.exchange_excess_us). Charged, it is also added to every candidate call, which stops
+    # a candidate that changes the call times its own process reports (a patched clock).
+    # None (the default): charged on a GPU, where 49 honest kernels showed none on an H100, and
+    # not on a CPU, where on a host shared by concurrent evaluations honest candidates' leftovers
+    # were measured milliseconds over the reference's (docs/security.md). True or False: always
+    # or never (see exchange_charged).
+    charge_exchange: bool | None = None
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -115,9 +117,12 @@ class ScoreConfig:
 
         if self.guard_policy not in GuardPolicy.NAMES:
             raise ConfigError(f"guard_policy must be one of {', '.join(GuardPolicy.NAMES)}, got {self.guard_policy!r}")
-        for name in ("check_other_sizes", "require_other_sizes", "charge_exchange"):
+        for name in ("check_other_sizes", "require_other_sizes"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.charge_exchange is not None and not isinstance(self.charge_exchange, bool):
+            raise ConfigError(f"charge_exchange must be true, false or unset (None: charged on a GPU only), "
+                              f"got {self.charge_exchange!r}")
         if self.min_timed_rounds < self.num_buckets:
             raise ConfigError("min_timed_rounds must be at least num_buckets")
 
@@ -128,6 +133,12 @@ class ScoreConfig:
     @property
     def is_cuda(self) -> bool:
         return self.device.startswith("cuda")
+
+    @property
+    def exchange_charged(self) -> bool:
+        """Whether the exchange excess is added to the candidate's calls: charge_exchange, or
+        when it is unset, whether the evaluation runs on a GPU."""
+        return self.is_cuda if self.charge_exchange is None else self.charge_exchange
 
     def replace(self, **changes: object) -> ScoreConfig:
         return dataclasses.replace(self, **changes)

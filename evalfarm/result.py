@@ -35,8 +35,8 @@ class TimingEvidence:
     pre_call_charge_us: float = 0.0
     # The judge's own clock: each exchange (go sent, result received) minus the call time the
     # worker reported, median per worker; the candidate's excess over the reference's beyond
-    # noise (always measured), and what of it was added to every candidate call (with
-    # charge_exchange on; the larger of the two charges applies).
+    # noise (always measured), and what of it was added to every candidate call (where
+    # ScoreConfig.exchange_charged, by default on a GPU; the larger of the two charges applies).
     untimed_ref_us_median: float | None = None
     untimed_cand_us_median: float | None = None
     exchange_excess_us: float = 0.0

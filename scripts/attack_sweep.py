@@ -94,7 +94,7 @@ def _source(a: Attack, tmp: str, port: int) -> str:
 
 
 def _sweep(attacks: list[Attack], cfg: ScoreConfig, pool: BuildPool, static: str, margin: float,
-           tmp: str) -> list[dict[str, Any]]:
+           tmp: str, keep: Any) -> list[dict[str, Any]]:
     import evalfarm.scoring as scoring
 
     original = scoring.check_candidate_source
@@ -124,10 +124,15 @@ def _sweep(attacks: list[Attack], cfg: ScoreConfig, pool: BuildPool, static: str
             name = a.file + (f" [{variant[0]}]" if variant else "")
             row = {"attack": name, "task": a.task, "static": static, "verdict": r.verdict.value,
                    "speedup": r.speedup, "ceiling": ceiling, "paid": paid, "detail": (r.detail or "")[:600],
-                   "raw_speedup": r.evidence.timing.raw_speedup if r.evidence.timing else None}
+                   "raw_speedup": r.evidence.timing.raw_speedup if r.evidence.timing else None,
+                   "exchange_excess_us": r.evidence.timing.exchange_excess_us if r.evidence.timing else None,
+                   "exchange_charge_us": r.evidence.timing.exchange_charge_us if r.evidence.timing else None}
             rows.append(row)
+            keep(row)
             sp = f"{r.speedup:.2f}" if r.speedup is not None else "-"
-            print(f"{name[:58]:58s} {row['verdict']:15s} {sp:>7s}  {'PAID' if paid else 'not paid'}", flush=True)
+            excess = (f"  exchange excess {row['exchange_excess_us']:.0f} us, charged {row['exchange_charge_us']:.0f} us"
+                      if row["exchange_excess_us"] else "")
+            print(f"{name[:58]:58s} {row['verdict']:15s} {sp:>7s}  {'PAID' if paid else 'not paid'}{excess}", flush=True)
     finally:
         scoring.check_candidate_source = original
         listener.close()
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--static", choices=("on", "off", "both"), default="both")
     ap.add_argument("--margin", type=float, default=None, help="timing-noise margin above each ceiling")
     ap.add_argument("--only", default="", help="substring of the attack file names to keep")
-    ap.add_argument("--out", type=Path, help="write all rows as JSON here")
+    ap.add_argument("--out", type=Path, help="write all rows as JSON here (rewritten after every attack)")
     args = ap.parse_args(argv)
     on_gpu = args.device != "cpu"
     margin = args.margin if args.margin is not None else (0.15 if on_gpu else 0.25)
@@ -150,14 +155,20 @@ def main(argv: list[str] | None = None) -> int:
     modes = ("on", "off") if args.static == "both" else (args.static,)
     all_rows: list[dict[str, Any]] = []
     summaries = []
+
+    def keep(row: dict[str, Any]) -> None:
+        """Every row as soon as it is measured: a sweep cut short by a time limit keeps what it did."""
+        all_rows.append(row)
+        if args.out:
+            args.out.write_text(json.dumps(all_rows, indent=1))
+
     with tempfile.TemporaryDirectory(prefix="attack-sweep-") as tmp:
         os.chmod(tmp, 0o777)  # reachable by workers that drop to an unprivileged uid (run as root)
         pool = BuildPool(max_workers=2, cache_dir=str(Path(tmp, "cache")))
         try:
             for mode in modes:
                 print(f"== static rules {mode}, device {args.device}, {len(attacks)} attacks", flush=True)
-                rows = _sweep(attacks, cfg, pool, mode, margin, tmp)
-                all_rows += rows
+                rows = _sweep(attacks, cfg, pool, mode, margin, tmp, keep)
                 summaries.append(f"adversarial suite: {sum(r['paid'] for r in rows)}/{len(rows)} attacks paid "
                                  f"[static {mode}, device {args.device}; verdicts: "
                                  + ", ".join(f"{v} {sum(r['verdict'] == v for r in rows)}"
@@ -166,8 +177,6 @@ def main(argv: list[str] | None = None) -> int:
             pool.close()
     for line in summaries:
         print(line)
-    if args.out:
-        args.out.write_text(json.dumps(all_rows, indent=1))
     return 1 if any(r["paid"] for r in all_rows) else 0
 
 

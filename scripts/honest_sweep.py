@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +26,7 @@ from evalfarm.verdict import Verdict  # noqa: E402
 from tests.honest.check import all_headers  # noqa: E402
 
 
-def _sweep(headers, cfg: ScoreConfig, pool: BuildPool, static: str) -> list[dict]:
+def _sweep(headers, cfg: ScoreConfig, pool: BuildPool, static: str, keep) -> list[dict]:
     import evalfarm.scoring as scoring
 
     original = scoring.check_candidate_source
@@ -41,12 +42,13 @@ def _sweep(headers, cfg: ScoreConfig, pool: BuildPool, static: str) -> list[dict
                 "claim_met": r.verdict is Verdict.OK and h.claim_met(r.speedup),
                 "detail": (r.detail or "")[:1500],
                 # What the judge charged the candidate's calls (pre-call flush, exchange), in us, and
-                # the exchange excess it measured (charged only with charge_exchange on).
+                # the exchange excess it measured (charged where cfg.exchange_charged: on a GPU by default).
                 "charges_us": ([r.evidence.timing.pre_call_charge_us, r.evidence.timing.exchange_charge_us]
                                if r.evidence.timing else None),
                 "exchange_excess_us": r.evidence.timing.exchange_excess_us if r.evidence.timing else None,
             }
             rows.append(row)
+            keep(row)
             sp = f"{r.speedup:.2f}" if r.speedup is not None else "-"
             charged = f" charged {max(row['charges_us']):.0f} us" if row["charges_us"] and max(row["charges_us"]) else ""
             if row["exchange_excess_us"]:
@@ -64,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", help="cpu, cuda or cuda:N")
     ap.add_argument("--static", choices=("on", "off", "both"), default="both")
-    ap.add_argument("--out", type=Path, help="write all rows as JSON here")
+    ap.add_argument("--out", type=Path, help="write all rows as JSON here (rewritten after every kernel)")
+    ap.add_argument("--cache-dir", default=os.environ.get("EVALFARM_CACHE_DIR"),
+                    help="build cache to reuse across sweeps ($EVALFARM_CACHE_DIR; default: a fresh temporary one)")
     ap.add_argument("--budget", type=float, default=3.0, help="timing budget per kernel (s)")
     ap.add_argument("--inputs", type=int, default=100, help="correctness inputs per kernel")
     ap.add_argument("--only", default="", help="keep the files whose names contain one of these comma-separated substrings")
@@ -78,8 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     modes = ("on", "off") if args.static == "both" else (args.static,)
     all_rows: list[dict] = []
     summaries = []
-    with tempfile.TemporaryDirectory(prefix="honest-sweep-") as cache:
-        pool = BuildPool(max_workers=args.build_workers, cache_dir=cache)
+
+    def keep(row: dict) -> None:
+        """Every row as soon as it is measured: a sweep cut short by a time limit keeps what it did."""
+        all_rows.append(row)
+        if args.out:
+            args.out.write_text(json.dumps(all_rows, indent=1))
+
+    with tempfile.TemporaryDirectory(prefix="honest-sweep-") as tmp_cache:
+        pool = BuildPool(max_workers=args.build_workers, cache_dir=args.cache_dir or tmp_cache)
         try:
             # Every load_inline build at once, up front: the sweep then scores from the cache.
             arch = build_arch(args.device)
@@ -88,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== prebuilt {len(builds)} sources ({len(failed)} not ok: {failed})", flush=True)
             for mode in modes:
                 print(f"== static guards {mode}, device {args.device}, {len(headers)} kernels", flush=True)
-                rows = _sweep(headers, cfg, pool, mode)
-                all_rows += rows
+                rows = _sweep(headers, cfg, pool, mode, keep)
                 ok = sum(r["verdict"] == "OK" for r in rows)
                 missed = sum(r["verdict"] == "OK" and not r["claim_met"] for r in rows)
                 summaries.append(f"honest corpus: {ok}/{len(rows)} OK (false positives: {len(rows) - ok}) "
@@ -98,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
             pool.close()
     for line in summaries:
         print(line)
-    if args.out:
-        args.out.write_text(json.dumps(all_rows, indent=1))
     return 0 if all(r["verdict"] == "OK" for r in all_rows) else 1
 
 

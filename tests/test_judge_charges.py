@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from evalfarm.config import ConfigError, ScoreConfig
 from evalfarm.judge.judge import (
     EXCHANGE_SLACK_CALL_FRACTION,
     EXCHANGE_SLACK_FRACTION,
@@ -73,10 +75,33 @@ def test_a_long_call_is_allowed_a_share_of_its_own_time_after_it():
     assert exchange_charge_ns(ref, cand, [2_000_000] * 100) == 0
 
 
-def test_the_score_command_turns_the_exchange_charge_on_only_when_asked():
+def test_the_exchange_charge_is_on_for_a_gpu_and_off_for_a_cpu_unless_asked():
     from evalfarm.cli import _config_from, build_parser
 
     parser = build_parser()
-    assert _config_from(parser.parse_args(["score", "--task", "L1/1", "--candidate", "c.py"])).charge_exchange is False
-    on = parser.parse_args(["score", "--task", "L1/1", "--candidate", "c.py", "--charge-exchange"])
-    assert _config_from(on).charge_exchange is True
+
+    def config(*extra: str) -> ScoreConfig:
+        return _config_from(parser.parse_args(["score", "--task", "L1/1", "--candidate", "c.py", *extra]))
+
+    auto = config()
+    assert auto.charge_exchange is None and auto.exchange_charged is False
+    assert config("--device", "cuda").exchange_charged is True
+    assert config("--device", "cuda:1", "--charge-exchange", "auto").exchange_charged is True
+    assert config("--charge-exchange").charge_exchange is True and config("--charge-exchange").exchange_charged
+    assert config("--charge-exchange", "on").exchange_charged is True
+    off = config("--device", "cuda", "--charge-exchange", "off")
+    assert off.charge_exchange is False and off.exchange_charged is False
+    with pytest.raises(SystemExit):
+        config("--charge-exchange", "sometimes")
+    with pytest.raises(ConfigError, match="charge_exchange"):
+        ScoreConfig(charge_exchange="yes")  # type: ignore[arg-type]
+
+
+def test_the_exchange_charge_setting_crosses_the_wire_unset_true_or_false():
+    from evalfarm.client.wire import config_from_pb, options_to_pb
+
+    for value in (None, True, False):
+        msg = options_to_pb({"charge_exchange": value})
+        assert msg.HasField("charge_exchange") is (value is not None)
+        assert config_from_pb(msg, "cuda").charge_exchange is value
+    assert config_from_pb(options_to_pb(ScoreConfig(device="cpu")), "cuda").exchange_charged is True

@@ -18,8 +18,9 @@ when its median takes longer in the candidate's process than in the reference's,
 added to every candidate call (``TimingEvidence.pre_call_charge_us``). The judge also times each
 whole exchange with its own clock: what it saw beyond the call the candidate's process reported
 (a patched clock, work after the call) is compared with the reference's; the excess is reported
-(``TimingEvidence.exchange_excess_us``) and, with ``charge_exchange`` on, charged the same way. The candidate's process group is stopped (SIGSTOP) whenever
-its own call is not under way, so it cannot compute ahead, or compete with the reference,
+(``TimingEvidence.exchange_excess_us``) and charged the same way where
+``ScoreConfig.exchange_charged`` (by default on a GPU). The candidate's process group is stopped
+(SIGSTOP) whenever its own call is not under way, so it cannot compute ahead, or compete with the reference,
 while the reference runs; on a GPU, the reference worker also waits until no other work is
 running on the device before its call. Every correctness round and a random share of timed
 rounds is checked here against the reference worker's output of the same round.
@@ -1018,7 +1019,7 @@ class Judge:
                 self.phases["correctness"] = timing_start - start
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
             exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
-            exchange_charge = exchange_excess if cfg.charge_exchange else 0
+            exchange_charge = exchange_excess if cfg.exchange_charged else 0
             charge = max(pre_charge, exchange_charge)
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
@@ -1060,7 +1061,7 @@ class Judge:
                 f"exchange_excess: by the judge's clock, each exchange with the candidate's process took "
                 f"{timing.untimed_cand_us_median:.1f} us beyond the call it reported (median), against "
                 f"{timing.untimed_ref_us_median:.1f} us for the reference's ({exchange_excess / 1e3:.1f} us more per "
-                "round); not charged (charge_exchange is off): work outside its reported call, a call "
+                "round); not charged (charge_exchange off, or unset on a CPU): work outside its reported call, a call "
                 "reported shorter than it took, or a busy host")
         if pre_charge and not (exchange_charge and exchange_charge >= pre_charge):
             self.evidence.guards.append(
