@@ -27,6 +27,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--inputs", type=int, default=50)
     p.add_argument("--budget", type=float, default=1.0)
     p.add_argument("--max-seconds", type=float, default=400)
+    p.add_argument("--build-workers", type=int, default=8, help="parallel inline-extension builds, all up front")
     p.add_argument("--tasks", default="", help="comma list like L1/1,L2/3 (default: all)")
     p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
                    help="the checkout whose evalfarm is used (default: this one)")
@@ -56,37 +57,50 @@ def main() -> int:
                       min_timed_rounds=20, reverify_above=0)
     rows = []
     start = time.monotonic()
-    with BuildPool(max_workers=4) as pool:
-        for entry in suite.entries:
-            key = f"L{entry.level}/{entry.number}"
-            if args.tasks and key not in args.tasks.split(","):
-                continue
-            task = suite.load(key)
-            todo = [(v.path.name, v.kind, v.load()) for v in suite.variants(key)
-                    if v.kind in kinds and v.runs_on(args.device)]
-            if "identical" in kinds:
-                todo.append(("identical", "identical", as_candidate(identical_source(task.source))))
-            for name, kind, cand in todo:
-                if time.monotonic() - start > args.max_seconds:
-                    print(f"time cap reached before {key} {name}", file=sys.stderr)
-                    break
-                t0 = time.monotonic()
-                r = score(task, cand, cfg, build_pool=pool)
-                floor = r.evidence.physical_floor or {}
-                t = r.evidence.timing
-                row = {"task": key, "variant": name, "kind": kind, "verdict": r.verdict.value, "speedup": r.speedup,
-                       "raw": t.raw_speedup if t else None, "ci": [t.ci_low, t.ci_high] if t else None,
-                       "ref_us": t.ref_time_us_median if t else None, "cand_us": t.cand_time_us_median if t else None,
-                       # What the judge added to each candidate call (an older farm has no exchange charge).
-                       "charge_us": max(getattr(t, "pre_call_charge_us", 0.0) or 0.0,
-                                        getattr(t, "exchange_charge_us", 0.0) or 0.0) if t else None,
-                       "exchange_excess_us": getattr(t, "exchange_excess_us", None) if t else None,
-                       "detail": r.detail[:300], "floor_applied": floor.get("applied"),
-                       "guards": r.evidence.guards, "seconds": time.monotonic() - t0,
-                       "phases": r.evidence.phases_s,
-                       "isolation": r.evidence.isolation}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+    work = []  # (task key, task, variant name, kind, candidate)
+    for entry in suite.entries:
+        key = f"L{entry.level}/{entry.number}"
+        if args.tasks and key not in args.tasks.split(","):
+            continue
+        task = suite.load(key)
+        work += [(key, task, v.path.name, v.kind, v.load()) for v in suite.variants(key)
+                 if v.kind in kinds and v.runs_on(args.device)]
+        if "identical" in kinds:
+            work.append((key, task, "identical", "identical", as_candidate(identical_source(task.source))))
+    with BuildPool(max_workers=args.build_workers) as pool:
+        # Every inline-extension build at once, up front (a cold CUDA build takes a minute or
+        # more): the scoring below then loads them from the cache instead of building one by one.
+        try:
+            from evalfarm.devices import build_arch
+
+            arch = build_arch(args.device)
+            builds = [pool.submit(cand.source, arch) for *_, cand in work]
+            statuses = [b.result().status for b in builds]
+            print(f"prebuilt {len(builds)} candidates in {time.monotonic() - start:.1f} s: "
+                  + ", ".join(f"{st} {statuses.count(st)}" for st in sorted(set(statuses))), file=sys.stderr)
+        except (ImportError, AttributeError, TypeError) as err:  # an older farm in --root: build while scoring
+            print(f"no prebuild ({type(err).__name__}: {err})", file=sys.stderr)
+        for key, task, name, kind, cand in work:
+            if time.monotonic() - start > args.max_seconds:
+                print(f"time cap reached before {key} {name}", file=sys.stderr)
+                break
+            t0 = time.monotonic()
+            r = score(task, cand, cfg, build_pool=pool)
+            floor = r.evidence.physical_floor or {}
+            t = r.evidence.timing
+            row = {"task": key, "variant": name, "kind": kind, "verdict": r.verdict.value, "speedup": r.speedup,
+                   "raw": t.raw_speedup if t else None, "ci": [t.ci_low, t.ci_high] if t else None,
+                   "ref_us": t.ref_time_us_median if t else None, "cand_us": t.cand_time_us_median if t else None,
+                   # What the judge added to each candidate call (an older farm has no exchange charge).
+                   "charge_us": max(getattr(t, "pre_call_charge_us", 0.0) or 0.0,
+                                    getattr(t, "exchange_charge_us", 0.0) or 0.0) if t else None,
+                   "exchange_excess_us": getattr(t, "exchange_excess_us", None) if t else None,
+                   "detail": r.detail[:300], "floor_applied": floor.get("applied"),
+                   "guards": r.evidence.guards, "seconds": time.monotonic() - t0,
+                   "phases": r.evidence.phases_s,
+                   "isolation": r.evidence.isolation}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"label": args.label, "root": str(args.root), "rows": rows}, indent=2))
     bad = [r for r in rows if r["verdict"] != "OK"]
