@@ -4,7 +4,8 @@ Times the same two small models (a reference made of eight elementwise kernels, 
 one) under protocols that add, one at a time, what the judge's two-worker protocol does around
 each call: a pipe round trip per call, a second process, the judge writing the inputs through
 its own CUDA context, SIGSTOP/SIGCONT of the idle worker, and candidate mitigations (an untimed
-warm-up call on stale inputs before the inputs are written). Prints one row per protocol:
+warm-up call on stale inputs before the inputs are written), and each process pinned to a
+core of its own (the "pinned" rows). Prints one row per protocol:
 median reference and candidate call times and their ratio.
 
     python scripts/gpu_switch_probe.py --rounds 400 --numel 1048576
@@ -78,7 +79,14 @@ def timed(fn: Any, x: torch.Tensor, flush: torch.Tensor, nudge: int = 0, busy_us
 NUDGE: Any = None
 
 
-def worker(role: str, conn: Any, handle: Any, numel: int) -> None:
+def pin_to(core: int | None) -> None:
+    """Run this process on one core only (None: leave it), so nothing else evicts its caches."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+
+
+def worker(role: str, conn: Any, handle: Any, numel: int, core: int | None = None) -> None:
+    pin_to(core)
     torch.cuda.set_device(0)
     rebuild, args = handle
     arena = rebuild(*args)
@@ -211,15 +219,16 @@ def inproc(rounds: int, numel: int, sleep_s: float = 0.0, idle_procs: int = 0,
 
 
 def two_process(rounds: int, numel: int, write: bool, stop: bool, warm: int, nudge: int = 0,
-                busy_us: int = 0) -> dict[str, list[Any]]:
+                busy_us: int = 0, cores: tuple[int, int] | None = None) -> dict[str, list[Any]]:
     from torch.multiprocessing.reductions import reduce_tensor
 
     ctx = mp.get_context("spawn")
     arenas, procs, conns = {}, {}, {}
-    for role in ("ref", "cand"):
+    for i, role in enumerate(("ref", "cand")):
         arenas[role] = torch.zeros(numel, device="cuda")
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=worker, args=(role, child, reduce_tensor(arenas[role]), numel), daemon=True)
+        p = ctx.Process(target=worker, args=(role, child, reduce_tensor(arenas[role]), numel,
+                                             cores[i] if cores else None), daemon=True)
         p.start()
         procs[role], conns[role] = p, parent
     for role in conns:
@@ -263,16 +272,36 @@ def main() -> None:
     args = ap.parse_args()
     torch.cuda.init()
     n, k = args.rounds, args.numel
+    allowed = sorted(os.sched_getaffinity(0))
+    # Pinned rows: the judge (this process) on one core, each worker on a core of its own, so
+    # between its calls nothing else runs where a worker's code and data sit in L1/L2.
+    pinned = (allowed[1], allowed[2]) if len(allowed) >= 3 else None
+
+    def pinned_judge(run: Any) -> Any:
+        def go() -> Any:
+            os.sched_setaffinity(0, {allowed[0]})
+            try:
+                return run()
+            finally:
+                os.sched_setaffinity(0, set(allowed))
+        return go
+
     protocols: list[tuple[str, Any]] = [
         ("in-process (old farm)", lambda: inproc(n, k)),
         ("in-process, sleep 1 ms", lambda: inproc(n, k, sleep_s=1e-3)),
+        ("in-process, sleep 1 ms, pinned", pinned_judge(lambda: inproc(n, k, sleep_s=1e-3))),
         ("in-process, spin 1 ms", lambda: inproc(n, k, spin_s=1e-3)),
         ("in-process, sleep 1 ms + spin 200 us", lambda: inproc(n, k, sleep_s=1e-3, spin_after_s=2e-4)),
         ("full protocol", lambda: two_process(n, k, True, True, 0)),
+        ("full protocol, pinned", pinned_judge(lambda: two_process(n, k, True, True, 0, cores=pinned))),
+        ("full protocol, pinned, 1 warm-up call", pinned_judge(lambda: two_process(n, k, True, True, 1,
+                                                                                   cores=pinned))),
         ("two procs, spin-wait", lambda: two_process_spin(n, k, False)),
         ("two procs, spin-wait, judge writes", lambda: two_process_spin(n, k, True)),
         ("in-process (again)", lambda: inproc(n, k)),
     ]
+    if pinned is None:
+        protocols = [p for p in protocols if "pinned" not in p[0]]
     rows = []
     for name, run in protocols:
         res = run()
