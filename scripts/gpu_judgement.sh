@@ -14,9 +14,12 @@ secs=${2:-200}
 tasks=${TASKS:-L1/1,L1/3,L2/3,L3/2}
 source scripts/gpu_env.sh
 export EVALFARM_CACHE_DIR=/tmp/evalfarm-cache
+# bubblewrap carried in .bin/ where the host lacks it (scripts/gpu_sandbox.sh says how)
+if ! command -v bwrap >/dev/null 2>&1 && [[ -x .bin/bwrap ]]; then export PATH=$PWD/.bin:$PATH; fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 if [[ $what == tests || $what == all ]]; then
-  timeout "$secs" python3 -m pytest -m gpu -v -rfE -p no:cacheprovider --durations=10 \
+  # SIGINT at the limit, so pytest still prints what passed and failed (SIGTERM leaves no summary)
+  timeout -s INT "$secs" python3 -m pytest -m gpu -v -rfE -p no:cacheprovider --durations=10 \
     tests/adversarial/test_gpu_attacks.py tests/adversarial/test_gpu_runtime_attacks.py \
     tests/test_gpu.py -k "not builtin_cuda_variants_pass" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 fi
