@@ -35,6 +35,7 @@ from typing import Any
 
 from evalfarm import lifetime
 from evalfarm.bench_daemon import build_stream
+from evalfarm.procfs import stat_fields
 from evalfarm.server.local import LocalDaemon, LocalDaemonError
 
 log = logging.getLogger("evalfarm.drill")
@@ -52,18 +53,17 @@ def _cmdline(pid: int) -> bytes:
 
 def _cpu_ticks(pid: int) -> int:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
+        fields = stat_fields(pid)
+        return int(fields[11]) + int(fields[12]) if fields is not None else -1
+    except (IndexError, ValueError):
         return -1
 
 
 def _parent(pid: int) -> int:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
+        fields = stat_fields(pid)
+        return int(fields[1]) if fields is not None else 0
+    except (IndexError, ValueError):
         return 0
 
 
@@ -87,11 +87,8 @@ def _maps_arena(pid: int) -> bool:
 
 
 def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def busy_processes(daemon_pid: int, module: str, window_s: float = 0.5) -> list[int]:

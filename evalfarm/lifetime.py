@@ -22,6 +22,8 @@ import tempfile
 import time
 import uuid
 
+from evalfarm.procfs import stat_fields
+
 log = logging.getLogger(__name__)
 
 PREFIX = "evalfarm-run-"
@@ -102,14 +104,8 @@ def _children_map() -> dict[int, list[int]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: the fields start after the last ')'.
-        fields = data[data.rfind(b")") + 2:].split()
-        if len(fields) > 1:
+        fields = stat_fields(entry)
+        if fields is not None and len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(entry))
     return children
 

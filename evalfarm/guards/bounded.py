@@ -38,6 +38,7 @@ from typing import Any
 from evalfarm.guards.findings import CandidateSyntaxError, Finding
 from evalfarm.guards.policy import GuardPolicy
 from evalfarm.judge import wire
+from evalfarm.procfs import stat_fields
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +84,9 @@ class _Child:
     def cpu_seconds(self) -> float:
         """User + system CPU time the child has used so far (0 when unreadable)."""
         try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
+            fields = stat_fields(self.proc.pid)
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields is not None else 0.0
+        except (ValueError, IndexError):
             return 0.0
 
     def kill(self) -> None:

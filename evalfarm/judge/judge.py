@@ -64,6 +64,7 @@ from evalfarm.judge.worker import (
     overlaps,
     storage_span,
 )
+from evalfarm.procfs import stat_fields
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
 from evalfarm.tasks.format import Task, instantiate_task
 from evalfarm.tasks.lint import degenerate_reason
@@ -248,12 +249,8 @@ class WorkerHandle:
             return []
         out = []
         for pid in self.cgroup.pids():
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
-                continue  # exited meanwhile
-            if len(fields) > 2 and int(fields[2]) != self.proc.pid:  # state, ppid, pgrp
+            fields = stat_fields(pid)  # None: exited meanwhile
+            if fields is not None and len(fields) > 2 and int(fields[2]) != self.proc.pid:  # its pgrp
                 out.append(pid)
         return out
 
@@ -1049,7 +1046,8 @@ class Judge:
             untimed_cand_us_median=statistics.median(untimed_cand_all) / 1e3, exchange_charge_us=exchange_charge / 1e3,
             exchange_excess_us=exchange_excess / 1e3,
         )
-        if exchange_charge and exchange_charge >= pre_charge:
+        exchange_applied = bool(exchange_charge) and exchange_charge >= pre_charge  # charge = max of the two
+        if exchange_applied:
             self.evidence.guards.append(
                 f"exchange_charge: by the judge's clock, each exchange with the candidate's process took "
                 f"{timing.untimed_cand_us_median:.1f} us beyond the call it reported (median), against "
@@ -1063,7 +1061,7 @@ class Judge:
                 f"{timing.untimed_ref_us_median:.1f} us for the reference's ({exchange_excess / 1e3:.1f} us more per "
                 "round); not charged (charge_exchange off, or unset on a CPU): work outside its reported call, a call "
                 "reported shorter than it took, or a busy host")
-        if pre_charge and not (exchange_charge and exchange_charge >= pre_charge):
+        if pre_charge and not exchange_applied:
             self.evidence.guards.append(
                 f"pre_call_charge: the moment before each call (flush and sync, inputs already written) took "
                 f"{timing.pre_call_cand_us_median:.1f} us in the candidate's process against "

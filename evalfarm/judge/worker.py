@@ -377,7 +377,7 @@ class Worker:
         outs = list(out) if isinstance(out, tuple | list) else [out]
         # Outside the timed call, the same work in both workers and in every round (audited or
         # not): the judge's clock sees the whole exchange, and what it sees beyond the reported
-        # call must cost the same in both processes (Judge._exchange_charge_ns). Only the
+        # call must cost the same in both processes (judge.exchange_charge_ns). Only the
         # candidate's findings count.
         problem = self._structure_problem(outs, out, slots)
         if problem and self.role == CANDIDATE:
