@@ -73,6 +73,9 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
                         "candidate's process reported, over the reference's (always reported as "
                         "timing.exchange_excess_us); auto (the default): on a GPU only; on: also on a CPU, for "
                         "a quiet host (docs/security.md)")
+    p.add_argument("--gpu-lease-timeout", type=float, default=None, metavar="SECONDS",
+                   help="how long to wait while another evaluation on this host holds the GPU (default 600; "
+                        "then INFRA_ERROR); not charged to the candidate")
     p.add_argument("--size-profile", default=None, help="task size profile (None: auto)")
     p.add_argument("--kernelbench-root", default=None, help="resolve --task in a KernelBench checkout")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR),
@@ -100,6 +103,8 @@ def _config_from(args: argparse.Namespace) -> ScoreConfig:
     changes["require_other_sizes"] = bool(args.require_other_sizes)
     if args.charge_exchange != "auto":
         changes["charge_exchange"] = args.charge_exchange == "on"
+    if args.gpu_lease_timeout is not None:
+        changes["gpu_lease_timeout_s"] = args.gpu_lease_timeout
     return ScoreConfig(**changes)  # type: ignore[arg-type]
 
 
@@ -273,7 +278,7 @@ def _remote_batch_scorer(args: argparse.Namespace) -> tuple[object, object]:
 _OPTION_FLAGS = {"num_correctness_inputs": "inputs", "timing_budget_s": "budget", "tolerance": "tolerance",
                  "size_profile": "size_profile", "guard_policy": "guard_policy",
                  "check_other_sizes": "other_sizes", "require_other_sizes": "require_other_sizes",
-                 "charge_exchange": "charge_exchange"}
+                 "charge_exchange": "charge_exchange", "gpu_lease_timeout_s": "gpu_lease_timeout"}
 
 
 def run_tasks(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "memory_limit_bytes": (64 << 20, 1 << 50, True, True),
     "file_size_limit_bytes": (1 << 20, 1 << 50, True, True),
     "reverify_above": (0.0, 1e6, True, True),
+    "gpu_lease_timeout_s": (0.0, 86400.0, False, True),
 }
 
 
@@ -103,6 +104,10 @@ class ScoreConfig:
     # were measured milliseconds over the reference's (docs/security.md). True or False: always
     # or never (see exchange_charged).
     charge_exchange: bool | None = None
+    # A GPU evaluation holds its GPU alone (evalfarm.judge.gpu_lease): another evaluation on the
+    # same GPU of this host waits for it at most this long, then returns INFRA_ERROR. The wait is
+    # not charged to the candidate (evidence.phases_s["gpu_lease_wait"] says how long it was).
+    gpu_lease_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         dev = self.device

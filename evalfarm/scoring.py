@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from evalfarm import other_sizes, reverify
@@ -69,6 +70,8 @@ def as_candidate(candidate: Candidate | str | Path) -> Candidate:
 # The longest an evaluation holds its first round while a standby judge of its device starts up
 # (below the judge's own BEFORE_ROUNDS_TIMEOUT_S, after which it would go on by itself).
 STANDBY_HOLD_S = 20.0
+# Beyond gpu_lease_timeout_s, what a judge waiting for its GPU lease may take to say it gave up.
+LEASE_SLACK_S = 30.0
 
 
 def _overall_timeout(cfg: ScoreConfig) -> float:
@@ -241,10 +244,10 @@ class Evaluation:
         except OSError:
             code = judge.proc.poll()
             return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended before its request (code {code})")
-        deadline = time.monotonic() + _overall_timeout(cfg)
+        budget = WallBudget(_overall_timeout(cfg))
         while True:
             try:
-                msg = wire.recv_json(conn, max(0.0, deadline - time.monotonic()))
+                msg = wire.recv_json(conn, budget.left())
             except TimeoutError:
                 # The judge bounds every step it waits on; what is left to run past the whole
                 # evaluation's wall budget is the candidate's own slowness: charged to it.
@@ -259,6 +262,14 @@ class Evaluation:
                     if self._cancelled:
                         self._kill()
                     continue
+            if msg.get("op") == "gpu_lease_wait":
+                # Another evaluation holds the GPU: its time is not this candidate's. The judge
+                # bounds the wait itself (gpu_lease_timeout_s); the clock stops until it ends.
+                budget.pause(cfg.gpu_lease_timeout_s + LEASE_SLACK_S)
+                continue
+            if msg.get("op") == "gpu_lease":
+                budget.resume()
+                continue
             if msg.get("op") == "before_rounds":
                 # No standby of this device is still starting up when the timed rounds begin.
                 if self.judges is not None:
@@ -273,6 +284,31 @@ class Evaluation:
                 # How long the judge had been up when its request came: its start-up, not waited for.
                 result.evidence.phases_s["judge_started_ahead"] = round(age_s, 3)
                 return result
+
+
+class WallBudget:
+    """An evaluation's wall budget, which stops while the judge waits for something that is not
+    the candidate's doing (its GPU lease); a paused budget is still bounded by the wait's own bound."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._deadline = clock() + seconds
+        self._left_at_pause: float | None = None
+
+    def left(self) -> float:
+        return max(0.0, self._deadline - self._clock())
+
+    def pause(self, bound_s: float) -> None:
+        """Stop the clock for a wait of at most ``bound_s``."""
+        if self._left_at_pause is None:
+            self._left_at_pause = self.left()
+        self._deadline = self._clock() + bound_s + self._left_at_pause
+
+    def resume(self) -> None:
+        """Go on with what was left when the wait began (no-op when not paused)."""
+        if self._left_at_pause is not None:
+            self._deadline = self._clock() + self._left_at_pause
+            self._left_at_pause = None
 
 
 def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool) -> bool:

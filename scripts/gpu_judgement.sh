@@ -21,7 +21,7 @@ if [[ $what == tests || $what == all ]]; then
   # SIGINT at the limit, so pytest still prints what passed and failed (SIGTERM leaves no summary)
   timeout -s INT "$secs" python3 -m pytest -m gpu -v -rfE -p no:cacheprovider --durations=10 \
     tests/adversarial/test_gpu_attacks.py tests/adversarial/test_gpu_runtime_attacks.py \
-    tests/test_gpu.py -k "not builtin_cuda_variants_pass" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
+    tests/test_gpu.py tests/test_gpu_sharing.py -k "not builtin_cuda_variants_pass" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 fi
 if [[ $what == compare || $what == all ]]; then
   for rep in $(seq 1 "${REPS:-1}"); do

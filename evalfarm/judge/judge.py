@@ -48,7 +48,7 @@ from evalfarm import bubblewrap, cgroup, confine, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
-from evalfarm.judge import diagnose, wire
+from evalfarm.judge import diagnose, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned, new_arena_fd
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
@@ -58,6 +58,7 @@ from evalfarm.judge.worker import (
     EXT_DIR,
     KEPT_DIRS,
     PROFILE_DIR,
+    QUIET_WAIT_S,
     REFERENCE,
     WARM_ENV,
     data_span,
@@ -494,7 +495,7 @@ def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float
 
 class Judge:
     def __init__(self, request: dict[str, Any], report_pgid: Any, started: StartedWorkers | None = None,
-                 before_rounds: Any = None) -> None:
+                 before_rounds: Any = None, notify: Any = None) -> None:
         self.config = ScoreConfig.from_dict(request["config"])
         self.task = Task(name=request["task_name"], source=request["task_source"],
                          size_profiles=request.get("size_profiles") or {})
@@ -530,6 +531,9 @@ class Judge:
         self._started = started
         # Called once, right before the first round (the owner holds it while a standby starts).
         self._before_rounds = before_rounds
+        # notify(msg): tells the owner of a wait that is not the candidate's (the GPU lease).
+        self._notify = notify
+        self._lease: gpu_lease.GpuLease | None = None
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -549,6 +553,7 @@ class Judge:
         arenas: list[Arena] = []
         try:
             self.ref, self.cand = workers
+            self._take_gpu_lease()
             return self._evaluate(tmp, arenas)
         except Verdicted as v:
             if self.diagnostics.profile_dir:
@@ -561,7 +566,38 @@ class Judge:
             for a in arenas:
                 a.close()
             lifetime.kill_descendants()  # the judge is a child subreaper: orphans of the workers end up here
+            if self._lease is not None:  # after the workers are gone, so nothing of theirs runs on
+                self._lease.release()
             sandbox.wipe(tmp)
+
+    def _take_gpu_lease(self) -> None:
+        """Hold this GPU alone for the whole evaluation (evalfarm.judge.gpu_lease): from before the
+        reference's first call to after the workers are killed. The owner is told of a wait, so
+        it is not charged to the candidate."""
+        if self.device.type != "cuda":
+            return
+        uuid, pci = _cuda_identity(torch.cuda.get_device_properties(self.device))
+        gpu = uuid or (f"pci-{pci[0]:04x}-{pci[1]:02x}-{pci[2]:02x}" if pci is not None
+                       else f"visible-{os.environ.get('CUDA_VISIBLE_DEVICES', '0')}")
+
+        told: list[str] = []
+
+        def waiting(holders: str) -> None:
+            told.append(holders)
+            log.info("waiting for GPU %s: leased by %s", gpu, holders)
+            if self._notify is not None:
+                self._notify({"op": "gpu_lease_wait", "holders": holders})
+
+        try:
+            self._lease = gpu_lease.acquire(gpu, self.config.gpu_lease_timeout_s, on_wait=waiting)
+        except gpu_lease.LeaseTimeout as err:
+            raise Verdicted(Verdict.INFRA_ERROR, str(err)) from None
+        except OSError as err:
+            raise Verdicted(Verdict.INFRA_ERROR, f"the GPU lease file could not be opened: {err} (set "
+                            f"${gpu_lease.LEASE_DIR_ENV} to a directory every evaluation on this host can use)") from None
+        if told and self._notify is not None:  # the owner's clock resumes
+            self._notify({"op": "gpu_lease", "waited_s": self._lease.waited_s})
+        self.phases["gpu_lease_wait"] = round(self._lease.waited_s, 4)
 
     def _evaluate(self, tmp: str, arenas: list[Arena]) -> ScoreResult:
         cfg = self.config
@@ -880,9 +916,7 @@ class Judge:
             msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing round {plan.r}")
             self._stop(role)  # stopped while its inputs are written
             if msg.get("op") == "busy":
-                raise Verdicted(Verdict.HACK_DETECTED, "guard lingering_gpu_work: the GPU stayed busy for "
-                                f"{float(msg.get('waited_s', 0)):.1f} s after the candidate's call returned and "
-                                "its process was stopped: it left work running outside its timed call")
+                raise self._blame_busy_gpu(float(msg.get("waited_s", 0)))
             if msg.get("op") != "prepared":
                 self._raise_worker_error(msg, worker)
             if isinstance(msg.get("quiet_wait_s"), float) and msg["quiet_wait_s"] > QUIET_NOTE_S:
@@ -909,6 +943,30 @@ class Judge:
         if role == CANDIDATE:
             self._check_contained(worker)
         return res
+
+    def _blame_busy_gpu(self, waited_s: float) -> Verdicted:
+        """The reference worker found the GPU busy before its call, with the candidate's process
+        stopped. Whose work is it? Kill the candidate's processes (their GPU contexts, and all work
+        they queued, go with them) and ask again: quiet now, it was the candidate's; still busy,
+        something outside this evaluation shares the GPU, which is no verdict on the candidate."""
+        sandbox.kill_group(self.cand.proc)
+        if self.cand.cgroup is not None:
+            self.cand.cgroup.kill()
+        self._resume(REFERENCE)
+        wire.send_json(self.ref.conn, {"op": "quiet"})
+        reply = self._recv(self.ref, QUIET_WAIT_S + 30.0, "checking the GPU again after the candidate was killed")
+        if reply.get("op") != "quiet":
+            self._raise_worker_error(reply, self.ref)
+        again = float(reply.get("waited_s", 0.0))
+        if reply.get("quiet"):
+            return Verdicted(Verdict.HACK_DETECTED, (
+                f"guard lingering_gpu_work: the GPU stayed busy for {waited_s:.1f} s after the candidate's call "
+                f"returned and its process was stopped, and went quiet {again:.2f} s after its process was "
+                "killed: it left work running outside its timed call"))
+        return Verdicted(Verdict.INFRA_ERROR, (
+            f"the GPU stayed busy for {waited_s:.1f} s before the reference's call, and {again:.1f} s more "
+            "after the candidate's process was killed: work from outside this evaluation shares the GPU "
+            "(nvidia-smi lists the processes using it); give the farm its GPUs alone"))
 
     @staticmethod
     def _check_contained(worker: WorkerHandle) -> None:
@@ -1313,7 +1371,7 @@ def main() -> None:
             raise wire.ProtocolError(f"expected go, got {str(reply.get('op'))[:40]!r}")
 
     try:
-        judge = Judge(request, report_pgid, started, before_rounds)
+        judge = Judge(request, report_pgid, started, before_rounds, lambda msg: wire.send_json(conn, msg))
         result = judge.run()
     except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
         result = ScoreResult.failure(Verdict.INFRA_ERROR, "judge failed:\n" + traceback.format_exc()[-4000:])

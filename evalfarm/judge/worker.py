@@ -262,6 +262,10 @@ class Worker:
                 self.send(reply)
                 if reply["op"] != "round":
                     break
+            elif op == "quiet" and self._quiet_limit_s is not None:
+                # The judge asks again after killing the candidate's process: is the GPU quiet now?
+                quiet, waited = self._wait_quiet()
+                self.send({"op": "quiet", "quiet": quiet, "waited_s": waited})
             elif op == "profile" and self.role == CANDIDATE:
                 self.send(self.profile(msg))
             else:

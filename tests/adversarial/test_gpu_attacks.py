@@ -75,10 +75,15 @@ def test_work_left_running_on_the_gpu_does_not_slow_the_reference(relu_task, bui
     r = _score(relu_task, GPU / "lingering_work.py", build_pool)
     assert r.verdict in (Verdict.OK, Verdict.HACK_DETECTED), (r.verdict, r.detail)
     if r.verdict is Verdict.OK:
+        # Whether a burst lands depends on a race: its thread must launch it between the worker's
+        # device-wide sync and the judge's SIGSTOP. A burst that landed shows as a quiet wait (on
+        # the H100, some runs: gpu_quiet_wait noted; others: no burst in time); either way the
+        # attack gains nothing. The wait and the blame are exercised deterministically in
+        # tests/test_gpu_sharing.py.
         assert r.speedup <= 1.15, r.evidence.timing
-        assert any(g.startswith("gpu_quiet_wait") for g in r.evidence.guards), r.evidence.guards
     else:
-        assert "lingering_gpu_work" in r.detail, r.detail
+        # Proven, not presumed: the GPU went quiet once the candidate's process was killed.
+        assert "lingering_gpu_work" in r.detail and "went quiet" in r.detail, r.detail
 
 
 def test_kernel_that_never_ends_is_timeout_and_the_device_recovers(relu_task, data_dir, build_pool):
