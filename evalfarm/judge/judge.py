@@ -48,7 +48,7 @@ from evalfarm import bubblewrap, cgroup, confine, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
-from evalfarm.judge import diagnose, gpu_lease, wire
+from evalfarm.judge import cpu_pinning, diagnose, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned, new_arena_fd
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
@@ -144,8 +144,9 @@ class WorkerHandle:
     """A worker process (reference or candidate): started in its own session, killed as a group."""
 
     def __init__(self, device: str, tmp: str, role: str, cache_dir: str = "",
-                 scratch_bytes: int = sandbox.Limits.file_size_bytes) -> None:
+                 scratch_bytes: int = sandbox.Limits.file_size_bytes, cpu_core: int | None = None) -> None:
         self.role = role
+        self.cpu_core = cpu_core  # the core it runs on (evalfarm.judge.cpu_pinning), or None
         # First, before anything is opened: raises SandboxUnavailable when bubblewrap is required
         # and cannot be had.
         bwrap, why_not = bubblewrap.selected(gpu=device.startswith("cuda"))
@@ -184,13 +185,24 @@ class WorkerHandle:
         else:
             extra[bubblewrap.NOTE_ENV] = why_not
         join_fds = self.cgroup.join_fds() if self.cgroup is not None else []
+
+        def before_exec() -> None:
+            # Into its cgroup before it runs anything, so every process it starts is counted
+            # there; on its own core, which every thread and process it starts inherits.
+            if join_fds:
+                cgroup.join(join_fds)
+            if cpu_core is not None:
+                try:
+                    os.sched_setaffinity(0, {cpu_core})
+                except OSError:
+                    pass  # a core outside its cpuset: unpinned rather than not started
+
         try:
             self.proc = subprocess.Popen(
                 argv,
                 pass_fds=(fd, *self.arena_fds.values()), cwd=tmp, env=sandbox.clean_env(tmp, extra),
                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
-                # Into its cgroup before it runs anything, so every process it starts is counted there.
-                preexec_fn=(lambda: cgroup.join(join_fds)) if join_fds else None,
+                preexec_fn=before_exec if join_fds or cpu_core is not None else None,
             )
         except BaseException:
             if self.cgroup is not None:
@@ -438,9 +450,11 @@ def start_workers(device: str, report_pgid: Any, cache_dir: str = "",
     tmp = sandbox.make_private_tmp("evalfarm-eval-")
     worker_device = device if device != "cuda" else "cuda:0"
     started = StartedWorkers(device, tmp, [], cache_dir, scratch_bytes)
+    cores = cpu_pinning.plan(device)
     try:
         for role in (REFERENCE, CANDIDATE):
-            started.workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role, cache_dir, scratch_bytes))
+            started.workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role, cache_dir, scratch_bytes,
+                                                cores.worker(role) if cores is not None else None))
             report_pgid(started.workers[-1].proc.pid)
     except BaseException:
         started.close()
@@ -1337,6 +1351,12 @@ def main() -> None:
     confine.die_with_parent(int(os.environ.get("EVALFARM_PARENT_PID", os.getppid())))
     hardening = confine.harden_trusted_process()
     args = _parse_args(sys.argv[1:])
+    # On its own core before any other thread starts (the workers get theirs as they start).
+    cores = cpu_pinning.plan(args.device)
+    if cores is not None:
+        note = cpu_pinning.pin_self(cores.judge)
+        hardening.append(note or f"cpu cores: judge {cores.judge}, reference worker {cores.reference}, "
+                                 f"candidate worker {cores.candidate}")
     conn = Connection(args.fd)
 
     def report_pgid(pgid: int) -> None:

@@ -1,0 +1,65 @@
+"""A GPU evaluation's three processes, each on a CPU core of its own.
+
+Between its timed calls a worker sleeps (stopped, or blocked on its pipe); woken, it may land on
+a core where another process ran meanwhile, with its code and data gone from that core's caches,
+or wait for a core at all. A short kernel's call (tens of microseconds of host work around it)
+pays that; the reference's eight small launches pay it more than a fused candidate's one, so
+short calls were scored low (docs/benchmarks.md, "short kernels"). Pinned, the judge and each
+worker find their own core as they left it: on the H100 the two-process protocol's ratio for
+1M-element calls (gpu_switch_probe.py) went from 2.75 to 3.06, against 3.44 in one process.
+
+The cores come from the judge's allowed set, three per GPU index, so the slots of a daemon on a
+host with 3 x GPUs cores or more do not share. ``EVALFARM_PIN_CORES=0`` turns it off; CPU
+evaluations are never pinned (their workers' threads share a quota, evalfarm.cgroup).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+PIN_ENV = "EVALFARM_PIN_CORES"
+# The cores this process was allowed before pin_self narrowed it to one.
+_allowed_before_pin: set[int] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CorePlan:
+    judge: int
+    reference: int
+    candidate: int
+
+    def worker(self, role: str) -> int:
+        return self.reference if role == "reference" else self.candidate
+
+
+def enabled() -> bool:
+    return os.environ.get(PIN_ENV, "1") not in ("0", "off", "false", "")
+
+
+def plan(device: str, allowed: set[int] | None = None) -> CorePlan | None:
+    """Three distinct cores for a judge on ``device`` ("cuda:N"), or None: a CPU device, pinning
+    off, or fewer than three cores allowed."""
+    if not device.startswith("cuda") or not enabled():
+        return None
+    if allowed is None:
+        allowed = _allowed_before_pin if _allowed_before_pin is not None else os.sched_getaffinity(0)
+    cores = sorted(allowed)
+    if len(cores) < 3:
+        return None
+    index = int(device.split(":")[1]) if ":" in device else 0
+    base = 3 * index
+    picked = [cores[(base + j) % len(cores)] for j in range(3)]
+    return CorePlan(judge=picked[0], reference=picked[1], candidate=picked[2])
+
+
+def pin_self(core: int) -> str:
+    """Pin the calling process (every thread it starts later inherits it); "" or a note."""
+    global _allowed_before_pin
+    if _allowed_before_pin is None:
+        _allowed_before_pin = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {core})
+    except OSError as err:
+        return f"not pinned to core {core}: {err.strerror or err}"
+    return ""
