@@ -11,7 +11,8 @@ from evalfarm.judge.judge import WorkerHandle
 from evalfarm.judge.worker import REFERENCE
 
 
-def test_each_process_of_a_gpu_evaluation_gets_a_core_of_its_own():
+def test_each_process_of_a_gpu_evaluation_gets_a_core_of_its_own(monkeypatch):
+    monkeypatch.setenv(cpu_pinning.PIN_ENV, "1")
     allowed = set(range(16))
     first = cpu_pinning.plan("cuda", allowed)
     assert first == cpu_pinning.CorePlan(judge=0, reference=1, candidate=2)
@@ -25,7 +26,10 @@ def test_each_process_of_a_gpu_evaluation_gets_a_core_of_its_own():
     assert sparse is not None and sorted([sparse.judge, sparse.reference, sparse.candidate]) == [4, 9, 33]
 
 
-def test_cpu_evaluations_small_hosts_and_the_switch_are_never_pinned(monkeypatch):
+def test_pinning_is_off_by_default_and_never_for_cpu_evaluations_or_small_hosts(monkeypatch):
+    monkeypatch.delenv(cpu_pinning.PIN_ENV, raising=False)
+    assert cpu_pinning.plan("cuda:0", set(range(16))) is None  # measured no better: opt-in
+    monkeypatch.setenv(cpu_pinning.PIN_ENV, "1")
     assert cpu_pinning.plan("cpu", set(range(16))) is None
     assert cpu_pinning.plan("cuda:0", {0, 1}) is None
     monkeypatch.setenv(cpu_pinning.PIN_ENV, "0")

@@ -15,6 +15,7 @@ from evalfarm.judge.memory_plan import (
     rounds_bytes,
     rounds_that_fit,
     setup_bytes,
+    warm_meta,
 )
 from evalfarm.tasks.format import instantiate_task
 from evalfarm.tasks.suite import kernelbench_suite
@@ -128,3 +129,12 @@ def test_gate_on_gpu_measures_the_reference_call():
     x = torch.randn(1024, 1024, device="cuda")
     gate.measured_call(lambda: torch.tanh(x) * 0.5)
     assert gate.footprint is not None and gate.footprint.measured and gate.footprint.call_peak_bytes >= 4 << 20
+
+
+def test_warming_the_meta_device_leaves_the_default_device_alone():
+    # A standby judge warms the meta kernels while it waits; nothing after it may land on "meta".
+    import torch
+
+    warm_meta()
+    assert torch.empty(1).device.type == "cpu"
+    assert _footprint("L1/1").output_bytes > 0  # and the shape-only pass still works after it

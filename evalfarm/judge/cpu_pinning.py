@@ -4,13 +4,17 @@ Between its timed calls a worker sleeps (stopped, or blocked on its pipe); woken
 a core where another process ran meanwhile, with its code and data gone from that core's caches,
 or wait for a core at all. A short kernel's call (tens of microseconds of host work around it)
 pays that; the reference's eight small launches pay it more than a fused candidate's one, so
-short calls were scored low (docs/benchmarks.md, "short kernels"). Pinned, the judge and each
-worker find their own core as they left it: on the H100 the two-process protocol's ratio for
-1M-element calls (gpu_switch_probe.py) went from 2.75 to 3.06, against 3.44 in one process.
+short calls were scored low (docs/security.md, "What does not close the gap").
+
+In a two-process probe (scripts/gpu_switch_probe.py, H100) pinning moved the protocol's ratio for 1M-element calls from 2.75 to 3.06 (3.44 in one process). In the farm itself it did
+not: the small-profile L1/1 and L2/3 variants scored the same pinned and not, within the runs'
+own spread (tanh_gelu 2.93 and 2.78 pinned, 2.88 and 2.87 not; identical copies 0.96-1.01 in
+both; docs/security.md), and a pinned judge does its CPU work on one core. So it is off by
+default: ``EVALFARM_PIN_CORES=1`` turns it on, for hosts where it measures better.
 
 The cores come from the judge's allowed set, three per GPU index, so the slots of a daemon on a
-host with 3 x GPUs cores or more do not share. ``EVALFARM_PIN_CORES=0`` turns it off; CPU
-evaluations are never pinned (their workers' threads share a quota, evalfarm.cgroup).
+host with 3 x GPUs cores or more do not share. CPU evaluations are never pinned (their workers'
+threads share a quota, evalfarm.cgroup).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class CorePlan:
 
 
 def enabled() -> bool:
-    return os.environ.get(PIN_ENV, "1") not in ("0", "off", "false", "")
+    return os.environ.get(PIN_ENV, "0") in ("1", "on", "true")
 
 
 def plan(device: str, allowed: set[int] | None = None) -> CorePlan | None:

@@ -51,7 +51,7 @@ from evalfarm.devices import DramPeak, dram_peak
 from evalfarm.judge import cpu_pinning, diagnose, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned, new_arena_fd
 from evalfarm.judge.inputs import InputSource
-from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
+from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason, warm_meta
 from evalfarm.judge.state import set_clean_state
 from evalfarm.judge.worker import (
     CANDIDATE,
@@ -470,7 +470,8 @@ def warm_device(device: str) -> str:
     try:
         dev = torch.device("cuda:0" if device == "cuda" else device)
         torch.cuda.set_device(dev)
-        torch.empty(1, device=dev)
+        torch.randn(16, device=dev)  # the context, and the device's random generator
+        warm_meta()  # the memory plan's shape-only pass (MemoryGate.before_setup) runs on a GPU only
     except Exception as err:  # noqa: BLE001 - the evaluation reports the device's failure itself
         return f"device not warmed: {type(err).__name__}: {err}"
     return ""

@@ -85,6 +85,15 @@ def module_bytes(model: torch.nn.Module) -> int:
     return total
 
 
+def warm_meta() -> None:
+    """Pay, ahead of any evaluation, what the first meta-device forward of a process costs
+    (PyTorch loads its meta kernels lazily: ~1 s on a development CPU, every judge's first
+    meta_footprint); a standby judge calls it while it waits for its request."""
+    with torch.device("meta"), torch.no_grad():
+        x = torch.empty(4, 4)
+        torch.nn.functional.gelu(torch.tanh(x) * 0.5 + x).sum()
+
+
 def meta_footprint(task_module: types.ModuleType, init_inputs: Sequence[Any]) -> Footprint | None:
     """The task's footprint from shapes alone (PyTorch's meta device), or None where the task
     cannot run there (data-dependent shapes, ops without meta kernels, explicit devices)."""
