@@ -43,6 +43,12 @@ def test_identical_candidate_is_ok_near_one(task, data_dir, build_pool):
     assert ph["rounds_inputs"] > 0 and ph["rounds_audit"] > 0, ph
     parts = ph["rounds_inputs"] + ph["rounds_exchange"] + ph["rounds_audit"]
     assert parts <= ph["correctness"] + ph["timing"] + 0.01, ph
+    # The exchange, split: preparation (with the worker's poisoning inside it), the input write,
+    # and go-to-result (with the timed call inside it). No quiet-GPU wait on a CPU.
+    split = ph["rounds_prepare"] + ph["rounds_write"] + ph["rounds_go"]
+    assert 0 < split <= ph["rounds_exchange"] + 0.01, ph
+    assert 0 < ph["rounds_poison"] <= ph["rounds_prepare"] and ph["rounds_write"] > 0, ph
+    assert ph["rounds_calls"] <= ph["rounds_go"] and ph["rounds_quiet"] == 0, ph
     # And the judge's set-up, split into its steps, which add up to it.
     steps = ("setup_device", "setup_task", "setup_reference", "setup_lint", "setup_arenas", "setup_device_facts")
     assert all(ph[k] >= 0 for k in steps) and ph["setup_reference"] > 0, ph

@@ -526,9 +526,14 @@ class Judge:
         # shows whether drawing inputs, the worker exchange, the timed calls or the audits cost it:
         # rounds_inputs (draws, arena slots, poisoning), rounds_exchange (prepare, inputs written,
         # go, result: the calls included), rounds_calls (the workers' timed calls alone),
-        # rounds_audit (output comparison and input checks).
+        # rounds_audit (output comparison and input checks). The exchange, split: rounds_prepare
+        # (the worker's preparation, round trip included), of which rounds_poison (its poisoning
+        # of free memory and L2 reset) and rounds_quiet (the reference's quiet-GPU wait);
+        # rounds_write (the inputs written and synchronised); rounds_go (go to result: the call,
+        # the worker's output checks and the reply).
         self.round_phases: dict[str, float] = dict.fromkeys(
-            ("rounds_inputs", "rounds_exchange", "rounds_calls", "rounds_audit"), 0.0)
+            ("rounds_inputs", "rounds_exchange", "rounds_calls", "rounds_audit", "rounds_prepare",
+             "rounds_poison", "rounds_quiet", "rounds_write", "rounds_go"), 0.0)
         # Likewise the judge's set-up, split where a GPU might spend it: setup_device (device
         # selection, clean state), setup_task (the task module, its init inputs, the reference
         # model built), setup_reference (its first two calls and their facts), setup_lint (the
@@ -925,15 +930,22 @@ class Judge:
         code in the candidate's process sees them outside the timed call."""
         worker = self.ref if role == REFERENCE else self.cand
         call = plan.calls[role]
+        phases = self.round_phases
         self._resume(role)
         try:
+            t0 = time.perf_counter()
             wire.send_json(worker.conn, call.prepare)
             msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing round {plan.r}")
             self._stop(role)  # stopped while its inputs are written
+            t1 = time.perf_counter()
+            phases["rounds_prepare"] += t1 - t0
             if msg.get("op") == "busy":
                 raise self._blame_busy_gpu(float(msg.get("waited_s", 0)))
             if msg.get("op") != "prepared":
                 self._raise_worker_error(msg, worker)
+            for key, phase in (("poison_s", "rounds_poison"), ("quiet_wait_s", "rounds_quiet")):
+                if isinstance(msg.get(key), float) and 0.0 <= msg[key] < PREPARE_TIMEOUT_S:
+                    phases[phase] += msg[key]  # the worker's own report: a diagnostic, never a score
             if isinstance(msg.get("quiet_wait_s"), float) and msg["quiet_wait_s"] > QUIET_NOTE_S:
                 self.quiet_waits.append(msg["quiet_wait_s"])
             arena = self.arenas[role, "in"]
@@ -943,10 +955,12 @@ class Judge:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self._resume(role)
+            phases["rounds_write"] += time.perf_counter() - t1
             sent = time.perf_counter_ns()
             wire.send_json(worker.conn, {"op": "go"})
             res = self._recv(worker, limit, f"round {plan.r}")
             res["j"] = time.perf_counter_ns() - sent  # the judge's own clock, never the worker's
+            phases["rounds_go"] += res["j"] / 1e9
         finally:
             self._stop(role)
         if res.get("op") != "round":

@@ -332,6 +332,7 @@ class Worker:
         """Everything before a timed call that need not follow the inputs: it runs before the
         judge writes them, so none of it can see them."""
         self._released = []  # outputs of two calls ago: freed before the poisoning, not after a call
+        start = _perf_ns()
         if self._poison is not None:
             try:
                 self._poison()
@@ -340,7 +341,8 @@ class Worker:
         if self._reset_l2 is not None:  # persisting lines become normal, so the flush evicts them
             self._reset_l2()
         self._sync()
-        reply: dict[str, Any] = {"op": "prepared"}
+        # How long the poisoning, the L2 reset and their sync took (the judge's round phases).
+        reply: dict[str, Any] = {"op": "prepared", "poison_s": (_perf_ns() - start) / 1e9}
         if self._quiet_limit_s is not None:
             quiet, waited = self._wait_quiet()
             if not quiet:
