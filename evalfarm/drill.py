@@ -35,20 +35,12 @@ from typing import Any
 
 from evalfarm import lifetime
 from evalfarm.bench_daemon import build_stream
-from evalfarm.procfs import stat_fields
+from evalfarm.procfs import cmdline, stat_fields
 from evalfarm.server.local import LocalDaemon, LocalDaemonError
 
 log = logging.getLogger("evalfarm.drill")
 
 JUDGE, WORKER = "evalfarm.judge.judge", "evalfarm.judge.worker"
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ")
-    except OSError:
-        return b""
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -70,7 +62,7 @@ def _parent(pid: int) -> int:
 def _judge_of(pid: int) -> int:
     """The judge above a process (a worker's; in a PID namespace the worker is two processes)."""
     for _ in range(6):
-        if JUDGE.encode() in _cmdline(pid):
+        if JUDGE.encode() in cmdline(pid):
             return pid
         pid = _parent(pid)
         if pid <= 1:
@@ -95,7 +87,7 @@ def busy_processes(daemon_pid: int, module: str, window_s: float = 0.5) -> list[
     """Processes of ``module`` below the daemon that are serving an evaluation: their arenas are
     mapped (CPU), or they used CPU time within ``window_s``. A judge started ahead and waiting for
     its request (evalfarm.judge.standby) is neither, so the drill hits work in flight."""
-    pids = [p for p in lifetime.descendants(daemon_pid) if module.encode() in _cmdline(p)]
+    pids = [p for p in lifetime.descendants(daemon_pid) if module.encode() in cmdline(p)]
     before = {p: _cpu_ticks(p) for p in pids}
     time.sleep(window_s)
     return [p for p in pids if alive(p) and (_maps_arena(p) or _cpu_ticks(p) > before[p] >= 0)]

@@ -1,4 +1,4 @@
-"""Reading a process's ``/proc/<pid>/stat``: the one parser for its fields."""
+"""Reading a process's ``/proc/<pid>`` files: the one parser for ``stat`` and for ``cmdline``."""
 
 from __future__ import annotations
 
@@ -15,3 +15,12 @@ def stat_fields(pid: int | str) -> list[str] | None:
         return None
     end = data.rfind(b")")
     return data[end + 1:].decode("ascii", "replace").split() if end >= 0 else None
+
+
+def cmdline(pid: int | str) -> bytes:
+    """``/proc/<pid>/cmdline`` with its NUL separators as spaces; b"" when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ")
+    except OSError:
+        return b""

@@ -25,6 +25,8 @@ import re
 import time
 from collections.abc import Callable
 
+from evalfarm.procfs import cmdline
+
 LEASE_DIR_ENV = "EVALFARM_LEASE_DIR"
 DEFAULT_LEASE_DIR = "/tmp/evalfarm-gpu-leases"
 POLL_S = 0.05
@@ -69,8 +71,7 @@ def _open_lock_file(path: str) -> int:
     except FileExistsError:
         pass
     # Read-only is enough for flock, so a lock file another user created can still be locked.
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    return fd
+    return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
 
 
 def holders(path: str) -> list[int]:
@@ -103,11 +104,7 @@ def describe(pids: list[int]) -> str:
         return "a process this one cannot see"
     described = []
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except OSError:
-            cmd = ""
+        cmd = cmdline(pid).decode("utf-8", "replace").strip()
         described.append(f"pid {pid} ({cmd[:120]})" if cmd else f"pid {pid}")
     return ", ".join(described)
 

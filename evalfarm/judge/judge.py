@@ -146,7 +146,6 @@ class WorkerHandle:
     def __init__(self, device: str, tmp: str, role: str, cache_dir: str = "",
                  scratch_bytes: int = sandbox.Limits.file_size_bytes, cpu_core: int | None = None) -> None:
         self.role = role
-        self.cpu_core = cpu_core  # the core it runs on (evalfarm.judge.cpu_pinning), or None
         # First, before anything is opened: raises SandboxUnavailable when bubblewrap is required
         # and cannot be had.
         bwrap, why_not = bubblewrap.selected(gpu=device.startswith("cuda"))
