@@ -28,6 +28,9 @@ class TimingEvidence:
     event_wall_gap: float | None = None  # cand wall/event ratio; large means work off the timed stream
     audited_rounds: int = 0
     seconds: float = 0.0
+    # Rounds run while a standby judge of the same device was still starting up: their outputs
+    # were checked, their times set aside (evalfarm.judge.judge.RoundsHold).
+    set_aside_rounds: int = 0
     # The untimed moment before each call (L2 flush and sync, after the inputs were written), median
     # per worker, and what was added to every candidate call for its excess (evalfarm.judge.judge).
     pre_call_ref_us_median: float | None = None

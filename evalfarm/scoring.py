@@ -67,7 +67,7 @@ def as_candidate(candidate: Candidate | str | Path) -> Candidate:
     return load_candidate_file(text)
 
 
-# The longest an evaluation holds its first round while a standby judge of its device starts up
+# The longest an evaluation's timed rounds wait for a standby judge of its device to start up
 # (below the judge's own BEFORE_ROUNDS_TIMEOUT_S, after which it would go on by itself).
 STANDBY_HOLD_S = 20.0
 # Beyond gpu_lease_timeout_s, what a judge waiting for its GPU lease may take to say it gave up.
@@ -271,10 +271,12 @@ class Evaluation:
                 budget.resume()
                 continue
             if msg.get("op") == "before_rounds":
-                # No standby of this device is still starting up when the timed rounds begin.
-                if self.judges is not None:
-                    self.judges.wait_ready(cfg.device, STANDBY_HOLD_S, lambda: self._cancelled)
+                # Times count only while no standby of this device is starting up: "hold" tells
+                # the judge to check inputs meanwhile and set their times aside, "go" ends that.
                 try:
+                    if self.judges is not None and not self.judges.wait_ready(cfg.device, 0):
+                        wire.send_json(conn, {"op": "hold"})
+                        self.judges.wait_ready(cfg.device, STANDBY_HOLD_S, lambda: self._cancelled)
                     wire.send_json(conn, {"op": "go"})
                 except OSError:
                     pass  # the judge is gone: the next receive says so

@@ -100,11 +100,49 @@ EVENT_WALL_GAP_NOTE = 2.0
 # judge's own set-up calls (-1, -2, -3), so it is fresh to the candidate.
 PROFILE_INPUT_INDEX = -4
 PROFILE_TIMEOUT_S = 120.0
-# How long the judge waits for its owner's go before its first round (the owner holds it while a
-# standby judge of the same device starts up); past that it goes on.
+# How long the judge waits for its owner's go (no standby judge of the same device still starting
+# up), counted from its first round; past that it goes on.
 BEFORE_ROUNDS_TIMEOUT_S = 30.0
 ISOLATION_NOTE = ("reference computed and timed in its own worker process; candidate process stopped "
                   "outside its own calls; inputs written right before each call")
+
+
+class RoundsHold:
+    """The owner's "go" for timed rounds: asked for once, before the first round. The owner
+    answers "go" at once when no standby judge of this device is starting up, else "hold" and
+    then "go" when the start-up is over (its CUDA contexts and imports must not compete with
+    calls whose times count). Rounds run while held are checked as usual, but their times are
+    set aside; the judge waits for the go only when it has no other work left (correctness
+    done), and at most BEFORE_ROUNDS_TIMEOUT_S from the question, after which it goes on."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._asked_at = 0.0
+        self._go = False
+
+    def ask(self) -> None:
+        wire.send_json(self._conn, {"op": "before_rounds"})
+        self._asked_at = time.monotonic()
+        self._receive(BEFORE_ROUNDS_TIMEOUT_S)  # "go" or "hold", at once
+
+    def released(self, wait: bool = False) -> bool:
+        """True once the owner said go (or the bounded wait for it ran out); with ``wait``, block
+        until then, else only look."""
+        if not self._go:
+            left = BEFORE_ROUNDS_TIMEOUT_S - (time.monotonic() - self._asked_at)
+            self._receive(max(left, 0.0) if wait else 0.0)
+            if wait or left <= 0:
+                self._go = True  # the owner is slow to answer: go on rather than stall the evaluation
+        return self._go
+
+    def _receive(self, timeout_s: float) -> None:
+        try:
+            reply = wire.recv_json(self._conn, timeout_s)
+        except TimeoutError:
+            return
+        if reply.get("op") not in ("go", "hold"):
+            raise wire.ProtocolError(f"expected go or hold, got {str(reply.get('op'))[:40]!r}")
+        self._go = reply["op"] == "go"
 
 
 class Verdicted(Exception):
@@ -470,17 +508,31 @@ def warm_device(device: str) -> str:
         dev = torch.device("cuda:0" if device == "cuda" else device)
         torch.cuda.set_device(dev)
         torch.randn(16, device=dev)  # the context, and the device's random generator
-        warm_meta()  # the memory plan's shape-only pass (MemoryGate.before_setup) runs on a GPU only
     except Exception as err:  # noqa: BLE001 - the evaluation reports the device's failure itself
         return f"device not warmed: {type(err).__name__}: {err}"
     return ""
 
 
-def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float) -> dict[str, Any] | None:
+def warm_host(device: str) -> None:
+    """Host-only warm-up, run after the standby announced itself ready: the memory plan's
+    shape-only pass (MemoryGate.before_setup, on a GPU only) pays PyTorch's lazily imported
+    meta kernels in a process's first call (~7 s on the H100 host, torch._dynamo among them).
+    It uses one CPU core and never the device, so the owner's running evaluation is not held
+    for it (docs/benchmarks.md, "Daemon benchmark")."""
+    if device.startswith("cuda"):
+        try:
+            warm_meta()
+        except Exception as err:  # noqa: BLE001 - only a warm-up: the evaluation pays it instead
+            log.info("meta warm-up failed: %s: %s", type(err).__name__, err)
+
+
+def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float,
+                     after_ready: Any = None) -> dict[str, Any] | None:
     """Wait for the evaluation request; meanwhile, once both workers report that they started,
     tell the owner ``{"op": "standby_ready"}`` (its evaluations hold their timed rounds until
-    their device's standbys are ready, so no start-up competes with them). None: no request came
-    within ``timeout_s``, the owner went away, or a worker died while standing by."""
+    their device's standbys are ready, so no start-up on the device competes with them) and
+    then run ``after_ready()`` (host-only warm-up, which nobody is held for). None: no request
+    came within ``timeout_s``, the owner went away, or a worker died while standing by."""
     from multiprocessing.connection import wait
 
     deadline = time.monotonic() + timeout_s
@@ -492,6 +544,8 @@ def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float
         if not waiting and not announced:
             wire.send_json(conn, {"op": "standby_ready"})
             announced = True
+            if after_ready is not None:
+                after_ready()
         left = deadline - time.monotonic()
         if left <= 0:
             return None
@@ -509,7 +563,7 @@ def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float
 
 class Judge:
     def __init__(self, request: dict[str, Any], report_pgid: Any, started: StartedWorkers | None = None,
-                 before_rounds: Any = None, notify: Any = None) -> None:
+                 hold: RoundsHold | None = None, notify: Any = None) -> None:
         self.config = ScoreConfig.from_dict(request["config"])
         self.task = Task(name=request["task_name"], source=request["task_source"],
                          size_profiles=request.get("size_profiles") or {})
@@ -548,8 +602,8 @@ class Judge:
         self._tmp = ""
         self._cgroup_notes: list[str] = []
         self._started = started
-        # Called once, right before the first round (the owner holds it while a standby starts).
-        self._before_rounds = before_rounds
+        # RoundsHold (or None: nothing to wait for): times count only from the owner's go.
+        self._hold = hold
         # notify(msg): tells the owner of a wait that is not the candidate's (the GPU lease).
         self._notify = notify
         self._lease: gpu_lease.GpuLease | None = None
@@ -756,10 +810,9 @@ class Judge:
         self.evidence.build["worker_extensions"] = ready.get("extensions", [])
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
-        if self._before_rounds is not None:
-            t_hold = time.monotonic()
-            self._before_rounds()
-            self.phases["held_for_standby"] = time.monotonic() - t_hold
+        if self._hold is not None:
+            self._hold.ask()
+            self.phases["held_for_standby"] = 0.0  # the wait left once correctness is done
         result = self._measure()
         if self.diagnostics.profile_dir and not self.correctness_only:
             self.evidence.diagnostics["profile"] = self._profile(profile)
@@ -1035,9 +1088,16 @@ class Judge:
         allowance = cfg.first_call_timeout_s
         start = time.monotonic()
         timing_start: float | None = None
+        # Times count from the first batch planned after the owner's go (RoundsHold); before it a
+        # standby judge of this device may still be starting up, so those rounds are only checked.
+        counted_from: float | None = start if self._hold is None else None
+        set_aside = 0
         stable = True
         acc = self.round_phases
         while True:
+            if counted_from is None and self._hold is not None and self._hold.released():
+                counted_from = time.monotonic()
+            counted = counted_from is not None
             t_step = time.monotonic()
             plans = self._plan_batch(r, n_correct)
             acc["rounds_inputs"] += time.monotonic() - t_step
@@ -1079,7 +1139,9 @@ class Judge:
                     if c.rel_l2_error >= worst.rel_l2_error:
                         worst = c
                         self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
-                if plan.r >= cfg.warmup_rounds:
+                if plan.r >= cfg.warmup_rounds and not counted:
+                    set_aside += 1
+                elif plan.r >= cfg.warmup_rounds:
                     t_ref_all.append(t_ref)
                     t_cand_all.append(t_cand)
                     pre_ref_all.append(plan.times[REFERENCE]["pre"])
@@ -1100,13 +1162,20 @@ class Judge:
             if timing_start is None:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
+            if counted_from is None and self._hold is not None:
+                # Nothing left to check while the standby starts up: wait for it (bounded).
+                t_hold = time.monotonic()
+                self._hold.released(wait=True)
+                counted_from = time.monotonic()
+                self.phases["held_for_standby"] = counted_from - t_hold
+                continue
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
             exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
             exchange_charge = exchange_excess if cfg.exchange_charged else 0
             charge = max(pre_charge, exchange_charge)
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
-            d = decide(stats, elapsed_s=time.monotonic() - start, budget_s=cfg.timing_budget_s,
+            d = decide(stats, elapsed_s=time.monotonic() - (counted_from or start), budget_s=cfg.timing_budget_s,
                        min_rounds=cfg.min_timed_rounds, target_ci=cfg.target_ci,
                        max_bucket_variance=cfg.max_bucket_variance,
                        remeasures_left=MAX_REMEASURES - remeasured)
@@ -1125,7 +1194,7 @@ class Judge:
             ci_low=stats.ci_low, ci_high=stats.ci_high, stable=stable, remeasured=remeasured,
             raw_speedup=stats.score,
             ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
-            audited_rounds=audited, seconds=time.monotonic() - start,
+            audited_rounds=audited, seconds=time.monotonic() - start, set_aside_rounds=set_aside,
             pre_call_ref_us_median=statistics.median(pre_ref_all) / 1e3,
             pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=pre_charge / 1e3,
             untimed_ref_us_median=statistics.median(untimed_ref_all) / 1e3,
@@ -1385,7 +1454,7 @@ def main() -> None:
     note = warm_device(args.device)
     if note:
         hardening = [*hardening, note]
-    request = wait_for_request(conn, started, args.request_timeout)
+    request = wait_for_request(conn, started, args.request_timeout, lambda: warm_host(args.device))
     if request is None:
         # A standby nobody took, an owner that went away, or a worker that died: nothing to report.
         if started is not None:
@@ -1395,17 +1464,8 @@ def main() -> None:
             sandbox.wipe(started.tmp)
         return
 
-    def before_rounds() -> None:
-        wire.send_json(conn, {"op": "before_rounds"})
-        try:
-            reply = wire.recv_json(conn, BEFORE_ROUNDS_TIMEOUT_S)
-        except TimeoutError:
-            return  # the owner is slow to answer: go on rather than stall the evaluation
-        if reply.get("op") != "go":
-            raise wire.ProtocolError(f"expected go, got {str(reply.get('op'))[:40]!r}")
-
     try:
-        judge = Judge(request, report_pgid, started, before_rounds, lambda msg: wire.send_json(conn, msg))
+        judge = Judge(request, report_pgid, started, RoundsHold(conn), lambda msg: wire.send_json(conn, msg))
         result = judge.run()
     except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
         result = ScoreResult.failure(Verdict.INFRA_ERROR, "judge failed:\n" + traceback.format_exc()[-4000:])
