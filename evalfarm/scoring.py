@@ -218,6 +218,7 @@ class Evaluation:
         if "failing_input" in second.evidence.diagnostics:
             result.evidence.diagnostics["other_sizes_failing_input"] = second.evidence.diagnostics["failing_input"]
         check = other_sizes.from_result(profile, second, time.monotonic() - t0)
+        result.evidence.phases_s["other_sizes"] = round(time.monotonic() - t0, 4)
         return other_sizes.apply(result, check, cfg.require_other_sizes)
 
     def _judge_run(self, arch: str, config: ScoreConfig | None = None,
@@ -285,6 +286,7 @@ class Evaluation:
                 result = ScoreResult.from_dict(msg["result"])
                 # How long the judge had been up when its request came: its start-up, not waited for.
                 result.evidence.phases_s["judge_started_ahead"] = round(age_s, 3)
+                result.evidence.phases_s.update(judge.startup)
                 return result
 
 

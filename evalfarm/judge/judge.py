@@ -542,7 +542,8 @@ def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float
     while True:
         waiting = [w.conn for w in workers if not w.started_seen]
         if not waiting and not announced:
-            wire.send_json(conn, {"op": "standby_ready"})
+            # When (CLOCK_MONOTONIC is one clock for the host): the owner's start-up figures.
+            wire.send_json(conn, {"op": "standby_ready", "at": time.monotonic(), "main_at": MAIN_AT[0]})
             announced = True
             if after_ready is not None:
                 after_ready()
@@ -624,15 +625,17 @@ class Judge:
         tmp = self._tmp = started.tmp
         workers = started.workers
         arenas: list[Arena] = []
+        t_end = 0.0
         try:
             self.ref, self.cand = workers
             self._take_gpu_lease()
-            return self._evaluate(tmp, arenas)
+            result = self._evaluate(tmp, arenas)
         except Verdicted as v:
             if self.diagnostics.profile_dir:
                 self.evidence.diagnostics["profile"] = {"note": f"not profiled: the verdict is {v.verdict.value}"}
-            return self._result(v.verdict, None, v.detail)
+            result = self._result(v.verdict, None, v.detail)
         finally:
+            t_end = time.monotonic()
             self._resume_all()
             for w in workers:
                 w.close()
@@ -642,6 +645,9 @@ class Judge:
             if self._lease is not None:  # after the workers are gone, so nothing of theirs runs on
                 self._lease.release()
             sandbox.wipe(tmp)
+        # Workers killed and reaped (their CUDA contexts destroyed), lease released, files wiped.
+        result.evidence.phases_s["teardown"] = round(time.monotonic() - t_end, 4)
+        return result
 
     def _take_gpu_lease(self) -> None:
         """Hold this GPU alone for the whole evaluation (evalfarm.judge.gpu_lease): from before the
@@ -1425,7 +1431,12 @@ def _int(d: Any, key: str) -> int:
     return v
 
 
+# When main() began (CLOCK_MONOTONIC): the interpreter and its imports took until then.
+MAIN_AT = [0.0]
+
+
 def main() -> None:
+    MAIN_AT[0] = time.monotonic()
     logging.basicConfig(level=os.environ.get("EVALFARM_LOG_LEVEL", "WARNING"))
     from multiprocessing.connection import Connection
 

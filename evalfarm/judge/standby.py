@@ -53,6 +53,7 @@ class JudgeProcess:
         self.run_dir = lifetime.RunDir("eval")
         self.worker_pgids: list[int] = []
         self.ready = False  # it reported {"op": "standby_ready"}: its workers and device are up
+        self.startup: dict[str, float] = {}  # standby_imports, standby_startup (seconds after spawn)
         self.started = time.monotonic()
         self._closed = False
         tmp = tempfile.mkdtemp(prefix="judge-", dir=self.run_dir.path)
@@ -89,6 +90,11 @@ class JudgeProcess:
             return True
         if msg.get("op") == "standby_ready":
             self.ready = True
+            # Its start-up by the host's monotonic clock: interpreter and imports, then all of it.
+            for key, name in (("main_at", "standby_imports"), ("at", "standby_startup")):
+                at = msg.get(key)
+                if isinstance(at, float) and at >= self.started:
+                    self.startup[name] = round(at - self.started, 3)
             return True
         return False
 
