@@ -218,7 +218,6 @@ class Evaluation:
         if "failing_input" in second.evidence.diagnostics:
             result.evidence.diagnostics["other_sizes_failing_input"] = second.evidence.diagnostics["failing_input"]
         check = other_sizes.from_result(profile, second, time.monotonic() - t0)
-        result.evidence.phases_s["other_sizes"] = round(time.monotonic() - t0, 4)
         return other_sizes.apply(result, check, cfg.require_other_sizes)
 
     def _judge_run(self, arch: str, config: ScoreConfig | None = None,

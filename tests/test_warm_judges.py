@@ -53,6 +53,7 @@ def test_an_evaluation_takes_a_warm_judge_which_serves_it_alone(task, data_dir, 
         judges.fill()
         first = next(iter(judges._ready["cpu"]))
         assert wait_until(lambda: _workers_started(first), 60)
+        assert wait_until(lambda: (first._drain_reports(), first.ready)[1], 60), "the standby never said ready"
         ev = start(task, as_candidate(str(data_dir / "cand_same.py")), QUICK, build_pool, judges=judges)
         r = ev.result(timeout=240)
         assert r.verdict is Verdict.OK, r.detail
