@@ -131,6 +131,7 @@ class Interrupted(Exception):
 
 
 def _on_term(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second TERM must not cut the report short
     raise Interrupted
 
 
