@@ -220,3 +220,91 @@ def test_warm_host_is_a_no_op_off_the_gpu_runs_beside_the_request_and_survives_a
     thread = judge_mod.warm_host("cuda:0")  # logged, not raised: the evaluation pays the import instead
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_rounds_hold_counts_from_the_owners_go_and_never_waits_past_its_bound(monkeypatch):
+    from multiprocessing import Pipe
+
+    from evalfarm.judge import judge as judge_mod
+    from evalfarm.judge import wire
+    from evalfarm.judge.judge import RoundsHold
+
+    # Nothing starting up: the owner's immediate answer is go.
+    judge_end, owner_end = Pipe()
+    wire.send_json(owner_end, {"op": "go"})
+    hold = RoundsHold(judge_end)
+    hold.ask()
+    assert wire.recv_json(owner_end, 1) == {"op": "before_rounds"}
+    assert hold.released()
+
+    # A standby starting up: "hold" first, rounds go on, times count from the later go.
+    judge_end, owner_end = Pipe()
+    wire.send_json(owner_end, {"op": "hold"})
+    hold = RoundsHold(judge_end)
+    hold.ask()
+    assert not hold.released() and not hold.released()
+    wire.send_json(owner_end, {"op": "go"})
+    assert hold.released()
+
+    # An owner that never says go: the judge waits at most BEFORE_ROUNDS_TIMEOUT_S, then goes on.
+    monkeypatch.setattr(judge_mod, "BEFORE_ROUNDS_TIMEOUT_S", 0.3)
+    judge_end, owner_end = Pipe()
+    wire.send_json(owner_end, {"op": "hold"})
+    hold = RoundsHold(judge_end)
+    hold.ask()
+    assert not hold.released()
+    t = time.monotonic()
+    assert hold.released(wait=True)
+    assert time.monotonic() - t < 2
+
+    # Anything else is a protocol error, not a silent go.
+    judge_end, owner_end = Pipe()
+    wire.send_json(owner_end, {"op": "result"})
+    with pytest.raises(wire.ProtocolError):
+        RoundsHold(judge_end).ask()
+
+
+class _StartingUp(WarmJudges):
+    """Judges on demand, and a standby pool that reports a start-up for ``seconds`` after an
+    evaluation asks: what the owner sees while a replacement standby starts."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__({"cpu": 0})
+        self.seconds = seconds
+        self.asked: list[float] = []
+
+    def wait_ready(self, device, timeout_s, cancelled=lambda: False):
+        if timeout_s == 0:
+            self.asked.append(time.monotonic())
+            return False
+        time.sleep(self.seconds)
+        return True
+
+
+def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, data_dir, build_pool):
+    judges = _StartingUp(seconds=4.0)
+    cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2)
+    try:
+        r = start(task, as_candidate(str(data_dir / "cand_same.py")), cfg, build_pool, judges=judges).result(timeout=240)
+    finally:
+        judges.close()
+    assert r.verdict is Verdict.OK, r.detail
+    assert len(judges.asked) == 1
+    # The 20 correctness rounds all ran before the go (they take far less than 4 s here), so at
+    # least the 18 after the warm-up were checked and set aside (whole batches are planned, so
+    # the rest of the first batch too); the judge then waited for the go, and the rounds that
+    # make the score came after it.
+    assert r.evidence.correctness_inputs == 20
+    assert r.evidence.timing.set_aside_rounds >= 18
+    assert r.evidence.phases_s["held_for_standby"] > 1.0
+    assert r.evidence.timing.rounds >= cfg.min_timed_rounds
+    # The wait is its own phase: neither correctness nor timing (whose budget starts after it).
+    assert r.evidence.phases_s["timing"] < r.evidence.phases_s["held_for_standby"]
+
+
+def test_without_a_start_up_every_round_after_the_warm_up_is_timed(task, data_dir, build_pool):
+    cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2)
+    r = start(task, as_candidate(str(data_dir / "cand_same.py")), cfg, build_pool).result(timeout=240)
+    assert r.verdict is Verdict.OK, r.detail
+    assert r.evidence.timing.set_aside_rounds == 0
+    assert r.evidence.phases_s["held_for_standby"] == 0.0

@@ -1175,16 +1175,18 @@ class Judge:
                 self.evidence.correctness_inputs = n_correct
                 self.phases["correctness"] = time.monotonic() - start
                 return self._result(Verdict.OK, None, "")
+            if counted_from is None and self._hold is not None:
+                # Nothing left to check while the standby starts up: wait for it (bounded). The
+                # timing phase (and its budget) begins after the wait.
+                t_hold = time.monotonic()
+                self.phases["correctness"] = t_hold - start
+                self._hold.released(wait=True)
+                counted_from = timing_start = time.monotonic()
+                self.phases["held_for_standby"] = counted_from - t_hold
+                continue
             if timing_start is None:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
-            if counted_from is None and self._hold is not None:
-                # Nothing left to check while the standby starts up: wait for it (bounded).
-                t_hold = time.monotonic()
-                self._hold.released(wait=True)
-                counted_from = time.monotonic()
-                self.phases["held_for_standby"] = counted_from - t_hold
-                continue
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
             exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
             exchange_charge = exchange_excess if cfg.exchange_charged else 0
