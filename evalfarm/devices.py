@@ -159,7 +159,13 @@ def _by_string(fn: Any, text: str) -> Any:
         return fn(text.encode())
 
 
-def _dram_peak(nv: Any, uuid: str | None, pci: tuple[int, int, int] | None) -> DramPeak:
+class _NoHandle(Exception):
+    """NVML has no device that is surely the CUDA runtime's (the message says why)."""
+
+
+def _device_handle(nv: Any, uuid: str | None, pci: tuple[int, int, int] | None) -> tuple[Any, str]:
+    """The NVML handle of the CUDA runtime's device (a MIG instance: its parent GPU), and how it
+    was matched; _NoHandle when it cannot be found for sure."""
     handle = None
     how = ""
     if uuid:
@@ -169,7 +175,7 @@ def _dram_peak(nv: Any, uuid: str | None, pci: tuple[int, int, int] | None) -> D
             how = f"matched by UUID {ident}"
         except Exception as err:  # noqa: BLE001 - e.g. a MIG instance's UUID; the PCI address decides
             if pci is None:
-                return DramPeak(None, note=f"NVML has no device with UUID {ident}: {err}")
+                raise _NoHandle(f"NVML has no device with UUID {ident}: {err}") from None
             how = f"UUID {ident} unknown to NVML ({err}); "
     if handle is not None and hasattr(nv, "nvmlDeviceIsMigDeviceHandle"):
         try:
@@ -188,12 +194,54 @@ def _dram_peak(nv: Any, uuid: str | None, pci: tuple[int, int, int] | None) -> D
             info = nv.nvmlDeviceGetPciInfo(handle)
             got = (int(info.domain), int(info.bus), int(info.device))
             if got != tuple(pci):
-                return DramPeak(None, note=f"NVML's device with UUID {uuid} is at PCI {_pci_string(got)}, "
+                raise _NoHandle(f"NVML's device with UUID {uuid} is at PCI {_pci_string(got)}, "
                                 f"the CUDA runtime's at {_pci_string(pci)}: ambiguous, not used")
             how += f", PCI {_pci_string(pci)} agrees"
+    return handle, how
+
+
+def _dram_peak(nv: Any, uuid: str | None, pci: tuple[int, int, int] | None) -> DramPeak:
+    try:
+        handle, how = _device_handle(nv, uuid, pci)
+    except _NoHandle as err:
+        return DramPeak(None, note=str(err))
     clock = int(nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_MEM))
     width = int(nv.nvmlDeviceGetMemoryBusWidth(handle))
     if clock <= 0 or width <= 0:
         return DramPeak(None, clock, width, note=f"NVML reported a max memory clock of {clock} MHz and a bus "
                         f"width of {width} bits: not usable")
     return DramPeak(peak_dram_bytes_s(clock, width), clock, width, note=how)
+
+
+def nvml_clocks(uuid: str | None, pci: tuple[int, int, int] | None, nvml: Any = None) -> dict[str, str] | None:
+    """The device's clocks, temperature and power right now, through NVML in this process
+    (milliseconds; an ``nvidia-smi`` subprocess costs seconds on some hosts): ``sm_mhz``,
+    ``mem_mhz``, ``max_sm_mhz``, ``temp_c``, ``power_w`` as strings, as ``nvidia-smi`` prints them.
+    None when NVML is not installed, does not start, or cannot surely find the device."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
+    if not uuid and pci is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - NVMLError and friends: no NVML here
+        return None
+    try:
+        handle, _how = _device_handle(nvml, uuid, pci)
+        return {
+            "sm_mhz": str(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))),
+            "mem_mhz": str(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))),
+            "max_sm_mhz": str(int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))),
+            "temp_c": str(int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))),
+            "power_w": f"{nvml.nvmlDeviceGetPowerUsage(handle) / 1000:.2f}",
+        }
+    except Exception:  # noqa: BLE001 - _NoHandle, NVMLError: the caller falls back
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from evalfarm.devices import DramPeak, dram_peak, peak_dram_bytes_s
+from evalfarm.devices import DramPeak, dram_peak, nvml_clocks, peak_dram_bytes_s
 from evalfarm.judge.judge import _cuda_identity, physical_floor
 from evalfarm.result import Evidence, ScoreResult, _known
 from evalfarm.verdict import Verdict
@@ -182,3 +182,49 @@ def test_cuda_identity_reads_uuid_and_pci_from_device_properties():
     # older torch: no PCI fields; a UUID object without a usable str(): not used
     props = types.SimpleNamespace(uuid=object())
     assert _cuda_identity(props) == (None, None)
+
+
+class FakeNVMLClocks(FakeNVML):
+    """The readings nvml_clocks takes, per device: (sm MHz, mem MHz, max sm MHz, temp C, power mW)."""
+
+    NVML_CLOCK_SM = 0
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self, devices, readings, **kw):
+        super().__init__(devices, **kw)
+        self.readings = readings
+
+    def nvmlDeviceGetClockInfo(self, handle, which):
+        return self.readings[handle][0 if which == self.NVML_CLOCK_SM else 1]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, which):
+        if which == self.NVML_CLOCK_SM:
+            return self.readings[handle][2]
+        return super().nvmlDeviceGetMaxClockInfo(handle, which)
+
+    def nvmlDeviceGetTemperature(self, handle, which):
+        return self.readings[handle][3]
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return self.readings[handle][4]
+
+
+READINGS = {UUID_A: (1755, 3201, 1980, 41, 301250), UUID_B: (1980, 2619, 1980, 37, 129390)}
+
+
+def test_clocks_come_from_nvml_for_the_runtimes_device_in_nvidia_smis_format():
+    nv = FakeNVMLClocks(DEVICES, READINGS)
+    assert nvml_clocks(UUID_B[4:], (0, 0x43, 0), nvml=nv) == {
+        "sm_mhz": "1980", "mem_mhz": "2619", "max_sm_mhz": "1980", "temp_c": "37", "power_w": "129.39"}
+    assert nv.shutdown
+    # by PCI address alone, the other device
+    assert nvml_clocks(None, (0, 0x1B, 0), nvml=FakeNVMLClocks(DEVICES, READINGS))["sm_mhz"] == "1755"
+
+
+def test_clocks_are_none_where_nvml_cannot_say_for_sure():
+    # ambiguous (UUID and PCI address disagree), unknown, nothing to match by, no NVML
+    assert nvml_clocks(UUID_B, (0, 0x1B, 0), nvml=FakeNVMLClocks(DEVICES, READINGS)) is None
+    assert nvml_clocks("GPU-99999999-9999-9999-9999-999999999999", None,
+                       nvml=FakeNVMLClocks(DEVICES, READINGS)) is None
+    assert nvml_clocks(None, None, nvml=FakeNVMLClocks(DEVICES, READINGS)) is None
+    assert nvml_clocks(UUID_A, None, nvml=FakeNVMLClocks(DEVICES, READINGS, fail_init=True)) is None

@@ -48,7 +48,7 @@ import torch
 from evalfarm import bubblewrap, cgroup, confine, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
-from evalfarm.devices import DramPeak, dram_peak
+from evalfarm.devices import DramPeak, dram_peak, nvml_clocks
 from evalfarm.judge import cpu_pinning, diagnose, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned, new_arena_fd
 from evalfarm.judge.inputs import InputSource
@@ -353,8 +353,16 @@ def _versions() -> dict[str, str]:
 
 
 def _clocks(device: torch.device) -> dict[str, Any]:
+    """The device's clocks, temperature and power at the result: NVML in this process, else one
+    ``nvidia-smi`` call (bounded at 5 s)."""
     if device.type != "cuda":
         return {}
+    try:
+        read = nvml_clocks(*_cuda_identity(torch.cuda.get_device_properties(device)))
+    except RuntimeError:
+        read = None
+    if read is not None:
+        return read
     try:
         idx = device.index or 0
         out = subprocess.run(
@@ -1358,7 +1366,9 @@ class Judge:
         if any(self.round_phases.values()):
             self.evidence.phases_s.update({k: round(v, 4) for k, v in self.round_phases.items()})
         self.evidence.phases_s.update({k: round(v, 4) for k, v in self.setup_phases.items()})
+        t_clocks = time.monotonic()
         self.evidence.clocks = _clocks(self.device)
+        self.evidence.phases_s["clocks"] = round(time.monotonic() - t_clocks, 4)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
                            detail=detail, evidence=self.evidence, task=self.task.name)
 
