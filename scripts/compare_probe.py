@@ -4,7 +4,8 @@ next to the passes it is made of, on one device: where a round's `rounds_audit` 
     python scripts/compare_probe.py --device cuda --numel 33554432 --repeats 30
 
 Prints one line per case: the median milliseconds of `repeats` calls (synchronised), for a
-bit-identical pair, a pair within tolerance (float32 noise of 1e-6 relative) and, as floors,
+bit-identical pair, a pair within tolerance (float32 noise of 1e-6 relative), the same without
+the elementwise shortcut (compare.ELEMENTWISE_SHORTCUT), and, as floors,
 torch.equal alone and one fused read of both tensors ((out - ref).abs().max()).
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 
+from evalfarm import compare
 from evalfarm.compare import compare_tensor
 
 
@@ -46,9 +48,17 @@ def main() -> None:
     ref = torch.randn(args.numel, device=device)
     same = ref.clone()
     close = ref * (1 + 1e-6 * torch.randn_like(ref))
+    def full_pass() -> object:
+        compare.ELEMENTWISE_SHORTCUT = False
+        try:
+            return compare_tensor(close, ref)
+        finally:
+            compare.ELEMENTWISE_SHORTCUT = True
+
     cases = {
         "compare_tensor, identical": lambda: compare_tensor(same, ref),
         "compare_tensor, within tolerance": lambda: compare_tensor(close, ref),
+        "the same, elementwise pass not skipped": full_pass,
         "torch.equal alone": lambda: torch.equal(close, ref),
         "one read of both, (out - ref).abs().max()": lambda: float((close - ref).abs().max()),
     }

@@ -74,3 +74,54 @@ def test_fast_path_answers_for_finite_outputs_and_declines_otherwise(dtype, chun
     out[3] = float("nan")
     assert _both(out, ref, "strict", chunk)[0] is None  # NaN: the general path's NaN-pattern rules
     assert "NaN pattern" in compare.compare_tensor(out, ref, chunk_elements=chunk).reason
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=pairs(), chunk=st.sampled_from([1, 7, 64, 1 << 20]))
+def test_skipping_the_elementwise_pass_changes_no_result(pair, chunk):
+    # compare.ELEMENTWISE_SHORTCUT skips the strict policy's elementwise pass when the largest
+    # difference is within the smallest bound; with and without it, every field is the same.
+    out, ref = pair
+    with_shortcut = compare.compare_tensor(out, ref, "strict", chunk_elements=chunk)
+    compare.ELEMENTWISE_SHORTCUT = False
+    try:
+        without = compare.compare_tensor(out, ref, "strict", chunk_elements=chunk)
+    finally:
+        compare.ELEMENTWISE_SHORTCUT = True
+    assert dataclasses.asdict(with_shortcut) == dataclasses.asdict(without), (with_shortcut, without)
+
+
+def test_the_shortcut_is_taken_for_close_outputs_and_not_at_the_bound():
+    n = 100_000
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(n, generator=g)
+    rtol, atol_frac = compare.STRICT_TOLERANCES[torch.float32][1:]
+    atol = atol_frac * float(ref.norm()) / n ** 0.5
+    calls = []
+    original = compare._judged
+
+    def spy(errors, ref_, policy, n_counted, pieces):
+        def counted():
+            calls.append("elementwise pass")
+            yield from pieces()
+        return original(errors, ref_, policy, n_counted, counted)
+
+    compare._judged = spy
+    try:
+        close = ref + 1e-7 * torch.randn(n, generator=g)
+        assert compare.compare_tensor(close, ref).ok and calls == []  # within atol everywhere: skipped
+        # Beyond atol at the largest |ref|, but within rtol * |ref| + atol there: the pass runs, passes.
+        big, small = int(ref.abs().argmax()), int(ref.abs().argmin())
+        assert rtol * abs(float(ref[big])) > atol  # the element's own bound is wider than atol
+        near = ref.clone()
+        near[big] += 2 * atol
+        assert compare.compare_tensor(near, ref).ok and calls == ["elementwise pass"]
+        # Beyond its own bound at the smallest |ref| (relative L2 error still within its limit):
+        # the pass runs and names it.
+        far = ref.clone()
+        far[small] += 10 * atol
+        c = compare.compare_tensor(far, ref)
+        assert not c.ok and c.worst_index == [small] and "element" in c.reason, c
+        assert calls == ["elementwise pass"] * 2
+    finally:
+        compare._judged = original
