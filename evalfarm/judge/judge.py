@@ -1505,6 +1505,14 @@ def main() -> None:
     result.evidence.isolation = [*result.evidence.isolation, *hardening]
     wire.send_json(conn, {"op": "result", "result": result.to_dict()})
     conn.close()
+    # Everything is done (workers reaped, lease released, files wiped, result sent): leave without
+    # the interpreter's teardown. Its C++ destructors would print, for every CUDA arena a killed
+    # worker still mapped, "Producer process has been terminated before all shared CUDA tensors
+    # released" into the user's terminal; the driver frees the memory when the process ends.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _parse_args(argv: list[str]) -> Any:
