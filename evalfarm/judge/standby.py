@@ -63,7 +63,7 @@ class JudgeProcess:
         fd = child_sock.fileno()
         try:
             self.proc = subprocess.Popen(
-                [*sandbox.python_cmd("evalfarm.judge.judge"), str(fd), "--device", device,
+                [*sandbox.python_cmd("evalfarm.judge.launch"), str(fd), "--device", device,
                  "--request-timeout", f"{request_timeout_s:g}", "--cache-dir", str(cache_dir)],
                 pass_fds=(fd,), cwd=tmp, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
             )

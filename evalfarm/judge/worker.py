@@ -38,6 +38,7 @@ import traceback
 from typing import Any
 
 from evalfarm.bubblewrap import INSIDE_ENV, SHM_ENV
+from evalfarm.judge.roles import CANDIDATE, EXT_DIR, KEPT_DIRS, PROFILE_DIR, REFERENCE, WARM_ENV  # noqa: F401
 
 # Trusted primitives, bound before any task or candidate code can rebind them.
 _perf_ns = time.perf_counter_ns
@@ -45,15 +46,6 @@ _CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "cuDNN error", "unspecified launch failure",
                        "misaligned address", "illegal instruction")
 
-REFERENCE, CANDIDATE = "reference", "candidate"
-# The subdirectory of a worker's own directory that stays on the host's disk: an extension the
-# worker builds for itself goes there, and the judge checks its symbols afterwards.
-EXT_DIR = "evalfarm-ext"
-# Likewise the directory a --profile trace is written to.
-PROFILE_DIR = "candidate-profile"
-KEPT_DIRS = (EXT_DIR, PROFILE_DIR)
-# Set by the judge to the device whose context a worker creates while it waits for its task.
-WARM_ENV = "EVALFARM_WORKER_WARM"
 # The reference's quiet-GPU wait: a probe counts as quick within QUIET_FACTOR times its idle
 # latency, clamped to [QUIET_FLOOR_S, QUIET_CAP_S] (a probe that shares the device with another
 # context's running kernel waits for a time slice); the wait gives up after QUIET_WAIT_S.
