@@ -40,7 +40,8 @@ from evalfarm.server.local import LocalDaemon, LocalDaemonError
 
 log = logging.getLogger("evalfarm.drill")
 
-JUDGE, WORKER = "evalfarm.judge.judge", "evalfarm.judge.worker"
+# Processes by their command line: a judge is started through its launcher.
+JUDGE, WORKER = "evalfarm.judge.launch", "evalfarm.judge.worker"
 
 
 def _cpu_ticks(pid: int) -> int:

@@ -99,7 +99,7 @@ def holders(path: str) -> list[int]:
 
 
 def describe(pids: list[int]) -> str:
-    """'pid 12 (python3 -m evalfarm.judge.judge ...)' for each holder, as far as /proc tells."""
+    """'pid 12 (python3 -m evalfarm.judge.launch ...)' for each holder, as far as /proc tells."""
     if not pids:
         return "a process this one cannot see"
     described = []

@@ -1,8 +1,9 @@
 """The trusted judge: owns the inputs, the reference outputs and the verdict.
 
-Started per evaluation as ``python -m evalfarm.judge.judge FD --device D`` (by
-``evalfarm.judge.standby``, often before the evaluation is known). It starts two fresh workers
-(``evalfarm.judge.worker``) at once and warms its device, then waits for its one request: a
+Started per evaluation as ``python -m evalfarm.judge.launch FD --device D`` (by
+``evalfarm.judge.standby``, often before the evaluation is known), whose launcher starts two fresh
+workers (``evalfarm.judge.worker``) before it imports this module; the judge then warms its
+device and waits for its one request. The workers are a
 *reference* worker that runs the task's Model and nothing else, and a *candidate* worker that
 runs ModelNew. The reference
 is computed and timed in a process where the candidate's code never runs, so nothing the

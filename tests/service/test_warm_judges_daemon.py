@@ -20,7 +20,7 @@ def _judges(pid: int) -> list[int]:
     found = []
     for p in descendants(pid):
         try:
-            if b"evalfarm.judge.judge" in Path(f"/proc/{p}/cmdline").read_bytes():
+            if b"evalfarm.judge.launch" in Path(f"/proc/{p}/cmdline").read_bytes():
                 found.append(p)
         except OSError:
             continue
