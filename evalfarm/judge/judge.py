@@ -54,18 +54,10 @@ from evalfarm.judge import diagnose, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason, warm_meta
+from evalfarm.judge.roles import CANDIDATE, EXT_DIR, PROFILE_DIR, REFERENCE
 from evalfarm.judge.state import set_clean_state
-from evalfarm.judge.worker import (
-    CANDIDATE,
-    EXT_DIR,
-    PROFILE_DIR,
-    QUIET_WAIT_S,
-    REFERENCE,
-    data_span,
-    overlaps,
-    storage_span,
-)
-from evalfarm.judge.workers import StartedWorkers, WorkerHandle, _visible, start_workers  # noqa: F401 - also the judge API
+from evalfarm.judge.worker import QUIET_WAIT_S, data_span, overlaps, storage_span
+from evalfarm.judge.workers import StartedWorkers, WorkerHandle, _visible, start_workers
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
 from evalfarm.tasks.format import Task, instantiate_task
 from evalfarm.tasks.lint import degenerate_reason
@@ -431,7 +423,6 @@ class Judge:
         tmp = self._tmp = started.tmp
         workers = started.workers
         arenas: list[Arena] = []
-        t_end = 0.0
         try:
             self.ref, self.cand = workers
             self._take_gpu_lease()
@@ -952,7 +943,7 @@ class Judge:
                         worst = c
                         self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
                 if plan.r >= cfg.warmup_rounds and not counted:
-                    set_aside += 1
+                    set_aside += 1  # checked above; its times are not used
                 elif plan.r >= cfg.warmup_rounds:
                     t_ref_all.append(t_ref)
                     t_cand_all.append(t_cand)
@@ -1280,13 +1271,3 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
     sys.stderr.flush()
     os._exit(0)
 
-
-def main() -> None:
-    """``python -m evalfarm.judge.judge`` is the launcher's entry too (evalfarm.judge.launch)."""
-    from evalfarm.judge import launch
-
-    launch.main()
-
-
-if __name__ == "__main__":
-    main()

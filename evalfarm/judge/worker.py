@@ -38,7 +38,7 @@ import traceback
 from typing import Any
 
 from evalfarm.bubblewrap import INSIDE_ENV, SHM_ENV
-from evalfarm.judge.roles import CANDIDATE, EXT_DIR, KEPT_DIRS, PROFILE_DIR, REFERENCE, WARM_ENV  # noqa: F401
+from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, WARM_ENV
 
 # Trusted primitives, bound before any task or candidate code can rebind them.
 _perf_ns = time.perf_counter_ns
