@@ -179,11 +179,17 @@ def test_json_log_lines_parse() -> None:
 
 def test_setup_logging_json_stream() -> None:
     buf = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     setup_logging("INFO", "json", stream=buf)
     try:
         logging.getLogger("evalfarm.x").warning("event=slot_out_of_service slot=%d", 3)
-    finally:
-        setup_logging("WARNING", "logfmt")
+    finally:  # put back what was there: a handler on this test's captured stderr would outlive it
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in handlers:
+            root.addHandler(h)
+        root.setLevel(level)
     assert json.loads(buf.getvalue())["slot"] == 3
 
 
