@@ -70,6 +70,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft.batch_size = 8
     c.sft.learning_rate = 3e-4
     c.sft.warmup_steps = 10
+    c.sft.decay_steps = 0  # > 0: the rate falls linearly to 0 over the last decay_steps (0 = constant)
     c.sft.weight_decay = 0.0
     c.sft.checkpoint_every = 50
     c.sft.measure_targets = True  # score the SFT targets first; they seed the exemplar buckets

@@ -46,7 +46,7 @@ POSITIVE_INTS = ("max_seq_len", "sampling.max_new_tokens", "sampling.batch_size"
                  "rl.group_size", "eval.samples_per_task", "farm.local_daemons", "farm.local_slots",
                  "keep_checkpoints", "checkpoint_every", "sft.checkpoint_every")
 NON_NEGATIVE = ("sft.steps", "selfsup.rounds", "rl.steps", "rl.num_exemplars", "eval.num_exemplars",
-                "sft.warmup_steps", "sft.learning_rate", "selfsup.learning_rate", "rl.learning_rate",
+                "sft.warmup_steps", "sft.decay_steps", "sft.learning_rate", "selfsup.learning_rate", "rl.learning_rate",
                 "rl.grpo.kl_coef", "sampling.temperature", "train.micro_batch_tokens",
                 "train.device_memory_gb")
 POSITIVE_FLOATS = ("rl.tau", "rl.bucket_width", "rl.reward_clip", "sampling.top_p")
@@ -94,6 +94,10 @@ def validate_config(cfg: Any) -> None:
     for path in POSITIVE_FLOATS:
         if not float(get(cfg, path)) > 0:
             raise _err(path, get(cfg, path), "must be > 0")
+    if "sft" in stages and int(cfg.sft.decay_steps) and (
+            int(cfg.sft.warmup_steps) + int(cfg.sft.decay_steps) > int(cfg.sft.steps)):
+        raise _err("sft.decay_steps", cfg.sft.decay_steps,
+                   f"warmup_steps + decay_steps must not exceed sft.steps={cfg.sft.steps}")
     if not 0 < float(cfg.train.memory_headroom) <= 1:
         raise _err("train.memory_headroom", cfg.train.memory_headroom, "must be in (0, 1]")
     if float(cfg.sampling.top_p) > 1:

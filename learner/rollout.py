@@ -100,6 +100,35 @@ def length_bucket(n: int, max_len: int, step: int = 128) -> int:
     return min(max(step, -(-n // step) * step), max_len)
 
 
+class LengthGroupedSampler:
+    """Batches of rows that share a padded length, so a batch of short rows is not padded to the
+    longest row of the data set (SFT data mixes ~500-token plain prompts with ~1000-token prompts
+    that show exemplars: padding everything to the longest cost about a third of every step).
+
+    Rows are grouped by `length_bucket(len, max_len, step)`; a batch picks a group with probability
+    proportional to its size, then `batch_size` rows of that group (with replacement only when the
+    group is smaller). Every row is still drawn with probability batch_size / N per step; only
+    which rows share a batch changes. Few groups (step 256) keep the compiled shapes few."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, max_len: int, step: int = 256) -> None:
+        if not lengths:
+            raise ValueError("no rows to batch")
+        groups: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            groups.setdefault(length_bucket(n, max_len, step), []).append(i)
+        self.lengths = sorted(groups)
+        self.groups = [np.asarray(groups[k]) for k in self.lengths]
+        sizes = np.array([len(g) for g in self.groups], np.float64)
+        self.weights = sizes / sizes.sum()
+        self.batch_size = batch_size
+
+    def sample(self, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """(row indices, padded length) of one batch."""
+        k = int(rng.choice(len(self.groups), p=self.weights))
+        group = self.groups[k]
+        return rng.choice(group, size=self.batch_size, replace=len(group) < self.batch_size), self.lengths[k]
+
+
 def lm_batch(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, max_len: int,
              length: int | None = None) -> dict[str, np.ndarray]:
     """(prompt ids, completion ids) rows -> right-padded tokens and a completion-only loss mask.

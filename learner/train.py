@@ -52,7 +52,7 @@ from learner.metrics import MetricsWriter
 from learner.policy import Policy, build_policy
 from learner.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.report import SpeedupSummary, format_table, summarize, write_report
-from learner.rollout import Rollout, generate_rollouts, grpo_batch, length_bucket, lm_batch
+from learner.rollout import LengthGroupedSampler, Rollout, generate_rollouts, grpo_batch, lm_batch
 from learner.stage_report import stage_notes
 from learner.tasks import (
     Program,
@@ -68,6 +68,7 @@ from learner.train_step import (
     OptimizerConfig,
     TrainState,
     create_train_state,
+    learning_rate_schedule,
     make_optimizer,
 )
 
@@ -174,13 +175,19 @@ class Run:
 # state, checkpoints, stage boundaries
 
 
-def _optimizer(lr: float, warmup: int = 0, weight_decay: float = 0.0) -> Any:
-    return make_optimizer(OptimizerConfig(learning_rate=lr, warmup_steps=warmup, weight_decay=weight_decay))
+def _optimizer(lr: float) -> Any:
+    return make_optimizer(OptimizerConfig(learning_rate=lr))
+
+
+def _sft_optimizer(cfg: Any) -> OptimizerConfig:
+    return OptimizerConfig(learning_rate=float(cfg.sft.learning_rate), warmup_steps=int(cfg.sft.warmup_steps),
+                           weight_decay=float(cfg.sft.weight_decay), decay_steps=int(cfg.sft.decay_steps),
+                           total_steps=int(cfg.sft.steps))
 
 
 def _stage_tx(cfg: Any, stage: str) -> Any:
     if stage == "sft":
-        return _optimizer(cfg.sft.learning_rate, cfg.sft.warmup_steps, cfg.sft.weight_decay)
+        return make_optimizer(_sft_optimizer(cfg))
     if stage == "selfsup":
         return _optimizer(cfg.selfsup.learning_rate)
     return _optimizer(cfg.rl.learning_rate)
@@ -420,21 +427,20 @@ def run_sft(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
     if not rows:
         raise TrainConfigError("every SFT pair is longer than max_seq_len")
     log.info("SFT on %d pairs for %d steps", len(rows), total)
-    warmup = int(cfg.sft.warmup_steps)
+    lr_at = learning_rate_schedule(_sft_optimizer(cfg))
     loss_fn = functools.partial(lm_loss_sum_count, chunk_size=512)
-    bs = int(cfg.sft.batch_size)
-    length = length_bucket(max(len(p) + len(c) for p, c in rows), int(cfg.max_seq_len))
+    batches = LengthGroupedSampler([len(p) + len(c) for p, c in rows], int(cfg.sft.batch_size),
+                                   int(cfg.max_seq_len))
     with _checkpointer(run, "sft") as ck, _progress(run, total, start, "sft") as bar:
         for step in range(start, total):
-            rng = _np_rng(run, offset + step, 0)
-            pick = rng.choice(len(rows), size=bs, replace=len(rows) < bs)
+            pick, length = batches.sample(_np_rng(run, offset + step, 0))
             t0 = time.perf_counter()
             state, m = scale.step(state, lm_batch([rows[i] for i in pick], run.policy.pad_id,
                                                   int(cfg.max_seq_len), length), loss_fn,
                                   scale.micro_batch_tokens(cfg))
             m = {k: float(v) for k, v in jax.device_get(m).items()}
             m["step_s"] = time.perf_counter() - t0
-            m["learning_rate"] = float(cfg.sft.learning_rate) * (min(1.0, step / warmup) if warmup > 0 else 1.0)
+            m["learning_rate"] = float(lr_at(step))
             run.writer.write(offset + step + 1, m, stage="sft")
             bar.set_postfix(loss=f"{m['loss']:.3f}")
             bar.update(1)

@@ -68,12 +68,34 @@ class OptimizerConfig:
     eps: float = 1e-8
     grad_clip_norm: float | None = 1.0
     warmup_steps: int = 0
+    # warmup-stable-decay: with decay_steps > 0 the rate falls linearly to 0 over the last
+    # decay_steps of total_steps (a memorising SFT run settles far lower than at a constant rate)
+    decay_steps: int = 0
+    total_steps: int = 0
+
+
+def learning_rate_schedule(cfg: OptimizerConfig) -> optax.Schedule:
+    """Linear warm-up from 0 over `warmup_steps`, constant, then (with `decay_steps`) a linear
+    decay to 0 that ends at `total_steps`."""
+    if cfg.decay_steps < 0 or cfg.warmup_steps < 0:
+        raise ValueError("warmup_steps and decay_steps must be >= 0")
+    if cfg.decay_steps and cfg.warmup_steps + cfg.decay_steps > cfg.total_steps:
+        raise ValueError(f"warmup_steps + decay_steps ({cfg.warmup_steps} + {cfg.decay_steps}) must not "
+                         f"exceed total_steps ({cfg.total_steps})")
+    parts: list[optax.Schedule] = []
+    bounds: list[int] = []
+    if cfg.warmup_steps > 0:
+        parts.append(optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps))
+        bounds.append(cfg.warmup_steps)
+    parts.append(optax.constant_schedule(cfg.learning_rate))
+    if cfg.decay_steps > 0:
+        bounds.append(cfg.total_steps - cfg.decay_steps)
+        parts.append(optax.linear_schedule(cfg.learning_rate, 0.0, cfg.decay_steps))
+    return parts[0] if len(parts) == 1 else optax.join_schedules(parts, bounds)
 
 
 def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
-    lr: Any = cfg.learning_rate
-    if cfg.warmup_steps > 0:
-        lr = optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps)
+    lr = learning_rate_schedule(cfg)
     parts = []
     if cfg.grad_clip_norm is not None:
         parts.append(optax.clip_by_global_norm(cfg.grad_clip_norm))

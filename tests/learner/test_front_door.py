@@ -68,6 +68,8 @@ def test_config_errors_are_one_line(tmp_path):
     ("distributed.mode", "of", "auto, on, off"),
     ("rl.reference_dtype", "bf16", "compute, float32"),
     ("train.memory_headroom", 1.5, r"\(0, 1\]"),
+    ("sft.decay_steps", 10_000, "must not exceed sft.steps"),
+    ("sft.decay_steps", -1, ">= 0"),
 ])
 def test_validate_config_names_the_field(field, value, match):
     cfg = demo.get_config()

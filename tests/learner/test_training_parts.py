@@ -11,7 +11,7 @@ import pytest
 from configs import demo
 from learner.farm import FarmOutcome
 from learner.prompts import Exemplar, contrastive_prompt, parse_response, sft_prompt
-from learner.rollout import Rollout, grpo_batch, length_bucket, lm_batch
+from learner.rollout import LengthGroupedSampler, Rollout, grpo_batch, length_bucket, lm_batch
 from learner.tasks import (
     TaskSetError,
     builtin_sft_targets,
@@ -24,6 +24,7 @@ from learner.tasks import (
     task_programs,
 )
 from learner.train import TrainConfigError, outcome_metrics, stage_list, stage_offsets, stage_steps
+from learner.train_step import OptimizerConfig, learning_rate_schedule
 
 
 def test_task_set_by_ids_and_errors():
@@ -138,6 +139,34 @@ def test_lm_batch_masks_only_the_completion():
     assert b["loss_mask"][0, :6].tolist() == [0, 0, 0, 1, 1, 0]
     assert b["loss_mask"][1, :5].tolist() == [0, 1, 1, 1, 0]
     assert length_bucket(129, 1024) == 256 and length_bucket(5000, 1024) == 1024
+
+
+def test_length_grouped_batches_share_a_padded_length_and_draw_every_row_evenly():
+    lengths = [470, 500, 530, 600, 620, 900, 950, 1030, 1100, 300]
+    sampler = LengthGroupedSampler(lengths, batch_size=3, max_len=1152)
+    rng = np.random.default_rng(0)
+    counts = np.zeros(len(lengths))
+    for _ in range(6000):
+        pick, length = sampler.sample(rng)
+        assert len(pick) == 3 and length in (512, 768, 1024, 1152)
+        assert all(length_bucket(lengths[i], 1152, 256) == length for i in pick)  # one group per batch
+        np.add.at(counts, pick, 1)
+    # each row's share of draws is batch_size / N per step, whatever its group's size
+    np.testing.assert_allclose(counts / 6000, 3 / len(lengths), rtol=0.12)
+    with pytest.raises(ValueError, match="no rows"):
+        LengthGroupedSampler([], 2, 128)
+
+
+def test_learning_rate_schedule_warms_up_holds_and_decays_to_zero():
+    lr = learning_rate_schedule(OptimizerConfig(learning_rate=1e-3, warmup_steps=10, decay_steps=40,
+                                                total_steps=100))
+    got = [float(lr(s)) for s in (0, 5, 10, 59, 60, 80, 100)]
+    np.testing.assert_allclose(got, [0.0, 5e-4, 1e-3, 1e-3, 1e-3, 5e-4, 0.0], atol=1e-9)
+    const = learning_rate_schedule(OptimizerConfig(learning_rate=2e-4))
+    assert float(const(0)) == float(const(10_000)) == pytest.approx(2e-4)
+    with pytest.raises(ValueError, match="must not exceed total_steps"):
+        learning_rate_schedule(OptimizerConfig(learning_rate=1e-3, warmup_steps=10, decay_steps=95,
+                                               total_steps=100))
 
 
 def test_grpo_batch_aligns_behaviour_logprobs_and_drops_invalid_rows():
