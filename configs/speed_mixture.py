@@ -37,6 +37,7 @@ def get_config():
     c.sft.steps = 300
     c.sft.batch_size = 16
     c.sft.learning_rate = 3e-3
+    c.sft.decay_steps = 100  # warmup-stable-decay: responses parse at T=1 (docs/training.md)
     c.sft.checkpoint_every = 100
     c.selfsup.rounds = 2
     c.selfsup.samples_per_task = 4
@@ -69,6 +70,7 @@ def shorten(c: ml_collections.ConfigDict) -> None:
     c.sampling.max_new_tokens = 256
     c.sampling.batch_size = 8
     c.sft.steps = 150
+    c.sft.decay_steps = 50
     c.sft.batch_size = 8
     c.selfsup.rounds = 1
     c.selfsup.samples_per_task = 2

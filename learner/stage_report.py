@@ -65,6 +65,9 @@ def stage_moves(labelled: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tup
 def verdict_sentence(before: str, after: str, d: Interval) -> str:
     if d.cells == 0:
         return f"{after} vs {before}: no shared tasks to compare."
+    if d.cells == 1:
+        return (f"{after} vs {before}: mean speedup changed by {d.format('x')}; one task cannot tell "
+                "a change from noise.")
     if not d.excludes_zero:
         return (f"{after} vs {before}: mean speedup changed by {d.format('x')}; the interval includes 0: "
                 "this stage did not measurably move the policy.")

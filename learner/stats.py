@@ -31,7 +31,9 @@ class Interval:
 
     @property
     def excludes_zero(self) -> bool:
-        return self.low > 0.0 or self.high < 0.0
+        """The interval lies on one side of 0. One cell resamples to itself (a zero-width
+        "interval"), which is no evidence either way: it never excludes 0."""
+        return self.cells >= 2 and (self.low > 0.0 or self.high < 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -39,6 +41,8 @@ class Interval:
     def format(self, unit: str = "") -> str:
         if self.cells == 0:
             return "n/a (no cells)"
+        if self.cells == 1:
+            return f"{self.estimate:+.3f}{unit} (one cell: no interval)"
         return (f"{self.estimate:+.3f}{unit} [{self.low:+.3f}, {self.high:+.3f}] "
                 f"({int(round(self.level * 100))}% CI, {self.cells} cells)")
 

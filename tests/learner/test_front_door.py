@@ -94,7 +94,7 @@ def test_resume_refuses_moves_of_step_numbers_but_allows_the_last_stage():
     cfg.sft.steps = 10  # moves every later step number
     cfg.model.hidden_size = 64
     problems = resume_conflicts(old, cfg)
-    assert any("stage sft had 160 steps, now 10" in p for p in problems)
+    assert any("stage sft had 240 steps, now 10" in p for p in problems)
     assert any("model.hidden_size was 128, now 64" in p for p in problems)
     cfg = demo.get_config()
     cfg.stages = "sft,selfsup"
@@ -110,7 +110,7 @@ def test_train_refuses_an_incompatible_resume_unless_forced(tmp_path):
     old = demo.get_config()
     old.sft.steps = 999
     (tmp_path / "config.json").write_text(old.to_json_best_effort())
-    with pytest.raises(TrainConfigError, match="stage sft had 999 steps, now 160.*resume_force=True"):
+    with pytest.raises(TrainConfigError, match="stage sft had 999 steps, now 240.*resume_force=True"):
         open_run(cfg)
     assert json.loads((tmp_path / "config.json").read_text())["sft"]["steps"] == 999  # left as it was
 

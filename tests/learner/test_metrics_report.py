@@ -21,6 +21,7 @@ from learner.report import (
     write_plot,
     write_report,
 )
+from learner.stage_report import verdict_sentence
 from learner.stats import bootstrap_mean, difference_of_means, paired_difference
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -365,6 +366,16 @@ def test_bootstrap_mean_covers_the_truth_and_narrows_with_more_cells() -> None:
     assert (large.high - large.low) < (small.high - small.low) / 5
     assert bootstrap_mean([2.0, 2.0, 2.0]).format().startswith("+2.000 [+2.000, +2.000]")
     assert bootstrap_mean([]).cells == 0 and "no cells" in bootstrap_mean([]).format()
+    one = bootstrap_mean([0.5])  # one cell resamples to itself: no evidence, whatever its sign
+    assert not one.excludes_zero and "one cell: no interval" in one.format()
+
+
+def test_stage_sentence_claims_a_move_only_with_an_interval() -> None:
+    up = paired_difference({i: 2.0 + 0.1 * i for i in range(6)}, {i: 1.0 for i in range(6)})
+    assert "this stage raised the mean speedup" in verdict_sentence("SFT", "RL", up)
+    single = paired_difference({"L1/8": 0.6}, {"L1/8": 0.9})
+    assert "one task cannot tell a change from noise" in verdict_sentence("SFT", "RL", single)
+    assert "lowered" not in verdict_sentence("SFT", "RL", single)
 
 
 def test_paired_difference_uses_shared_cells_only() -> None:

@@ -23,6 +23,7 @@ OVERRIDES = [
     "--config.tasks.heldout=",
     "--config.tasks.programs=fast",
     "--config.sft.steps=80",
+    "--config.sft.decay_steps=20",
     "--config.sft.batch_size=4",
     "--config.selfsup.rounds=1",
     "--config.selfsup.samples_per_task=2",
