@@ -4,7 +4,7 @@
 
 On a machine without a GPU it trains a ~0.7M-parameter model from scratch (tokenizer fitted to
 the suite) on five built-in tasks, scoring every sampled kernel on a real `evalfarm` daemon the
-learner starts on loopback (CPU mode, 20 correctness inputs, 1 s timing budget). About 11 minutes
+learner starts on loopback (CPU mode, 20 correctness inputs, 1 s timing budget). About 12 minutes
 on 2 cores. The SFT data holds several programs per task (the reference renamed, a copy that
 computes everything twice, the shipped fast variant, a shipped wrong one), so the policy after
 SFT samples all of them and RL has a reward spread to act on; one task (L1/8) is held out of RL,
@@ -14,10 +14,11 @@ says, per stage, whether the mean speedup (failures as 0) moved beyond its boots
 and which programs the policy emits. It writes runs/demo/report.{txt,md,json,png}. With a GPU
 the same command scores on it. Kill it at any point and run the same command again: it resumes.
 
-Expected (2 CPU cores, 2026-11-25, docs/experiments.md): after SFT the plain prompt yields each
-program about equally often (fast ~25%); contrastive RL raises the fast program's share to ~70%
-and the mean speedup by ~+1.7x with a 95% interval above 0; self-supervised does not move it
-measurably; on the held-out task the exemplar prompt does not help at this scale.
+Expected (2 CPU cores, 2026-11-25, docs/experiments.md): ~12 minutes. After SFT the plain
+prompt yields the four programs about equally often; contrastive RL roughly doubles the fast
+program's share (20% -> 40% plain, 13% -> 53% with exemplars) and raises the mean speedup by
+~+0.9x with a 95% interval above 0; on the held-out task the exemplar prompt does not help at
+this scale, and the report says one task gives no interval.
 """
 
 from __future__ import annotations
