@@ -18,8 +18,8 @@ rl/farm_wait_s). On KernelBench, success rate after SFT is model-dependent; watc
 rl/success_rate, rl/speedup_median and the verdict/HACK_DETECTED counts. The report at the end
 has the paper's table per stage (workdir/report.{txt,md,json,png}).
 The learner runs as one JAX process over the host's GPUs (mesh axes from config.mesh). Memory
-plan of a 7B policy on 8xH200 with these settings: ~44 GB per GPU (params, gradients, AdamW
-state and the kept initial policy sharded 8 ways, a compute-dtype reference, a bf16 rollout copy per GPU, the KV cache of
+plan of a 7B policy on 8xH200 with these settings: ~40 GB per GPU (params, gradients and AdamW
+state sharded 8 ways, a compute-dtype reference, a bf16 rollout copy per GPU, the KV cache of
 sampling.batch_size rows, one 65536-token micro-batch); print it with
 `python -m learner.memory_plan --model qwen2.5-7b --hardware h200 --devices 8`.
 """

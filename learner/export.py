@@ -72,7 +72,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, step: int | No
     policy = build_policy(cfg, workdir, [])  # the scratch tokenizer already exists: it is reused
     shim = types.SimpleNamespace(cfg=cfg, policy=policy)
     params = load_stage_params(shim, ckpt, step)  # type: ignore[arg-type]
-    model = nnx.merge(nnx.graphdef(policy.model), params)
+    model = nnx.merge(policy.graphdef, params)
     out = Path(out)
     files = save_hf_model(model, out, dtype=dtype)
     for name in TOKENIZER_FILES:

@@ -8,7 +8,8 @@
 Each line is bytes per device, with the knob that shrinks it:
 
 * params, gradients, optimizer state (AdamW mu + nu): sharded over every mesh axis their rules
-  split (fsdp x tensor), in `model.param_dtype`; the initial policy, which the trainer keeps;
+  split (fsdp x tensor), in `model.param_dtype` (the initial weights are handed to the first stage,
+  not kept beside it);
 * reference policy (GRPO KL term): a copy of the weights in `rl.reference_dtype`, sharded like the
   params (none when `rl.grpo.kl_coef` = 0);
 * rollout copy: weight matrices in the compute dtype, replicated over the batch axes and split
@@ -189,10 +190,8 @@ def plan_memory(model: ModelConfig, inputs: PlanInputs, device_bytes: float,
         PlanLine("optimizer (AdamW mu, nu)", 2 * n_params * pb / shards,
                  "mesh.fsdp (more devices) or model.param_dtype"),
     ]
-    # The trainer keeps the initial policy (the loaded checkpoint) for the whole run: it is the
-    # template its checkpoint restores are built from. Counted until that is changed.
-    lines.append(PlanLine("initial policy (kept)", n_params * pb / shards,
-                          "mesh.fsdp shards it (the trainer does not free it yet)"))
+    # No copy of the initial policy: the first stage takes its weights over, and checkpoint
+    # restores fill abstract templates (learner.policy, learner.train._template).
     if i.reference_dtype:
         lines.append(PlanLine("reference policy", n_params * _nbytes(i.reference_dtype) / shards,
                               "rl.grpo.kl_coef=0 drops it; mesh.fsdp shards it"))

@@ -27,16 +27,70 @@ from learner.vocab import train_tokenizer
 log = logging.getLogger(__name__)
 
 
+class PolicyReleasedError(RuntimeError):
+    """The initial weights were handed to the first stage; the policy keeps only their shapes."""
+
+
 @dataclasses.dataclass
 class Policy:
+    """The tokenizer, the mesh, the model's structure, and its initial weights until a stage takes
+    them: afterwards the policy holds only their shapes, dtypes and shardings (`abstract_params`),
+    which is what checkpoint restores and samplers need, so no copy of the weights stays on the
+    devices for the rest of the run."""
+
     tokenizer: Tokenizer
     model_config: ModelConfig
     mesh: Mesh
-    model: Transformer
+    graphdef: Any
+    _params: Any  # the initial weights, or jax.ShapeDtypeStruct leaves once released
+    _released: bool = False
+
+    @classmethod
+    def from_model(cls, tokenizer: Tokenizer, model_config: ModelConfig, mesh: Mesh, model: Transformer) -> Policy:
+        graphdef, params = nnx.split(model)
+        return cls(tokenizer=tokenizer, model_config=model_config, mesh=mesh, graphdef=graphdef, _params=params)
 
     @property
     def pad_id(self) -> int:
         return self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
+
+    @property
+    def holds_weights(self) -> bool:
+        return not self._released
+
+    @property
+    def abstract_params(self) -> Any:
+        """The weights' shapes, dtypes and shardings (no arrays)."""
+        return jax.tree.map(_abstract_leaf, self._params)
+
+    @property
+    def model(self) -> Transformer:
+        """The initial model (its weights are shared, not copied); only while the policy holds them."""
+        if self._released:
+            raise PolicyReleasedError("the initial weights were handed to the first stage and freed; "
+                                      "restore a stage checkpoint instead (learner.train.load_stage_params)")
+        return nnx.merge(self.graphdef, self._params)
+
+    def take_params(self) -> Any:
+        """The initial weights, once: the caller owns them (a training step may donate their buffers)
+        and the policy keeps only their shapes."""
+        if self._released:
+            raise PolicyReleasedError("the initial weights were already handed to a stage")
+        params = self._params
+        self.release()
+        return params
+
+    def release(self) -> None:
+        """Keep only the weights' shapes (idempotent): the arrays go once nothing else holds them."""
+        if not self._released:
+            self._params = self.abstract_params
+            self._released = True
+
+
+def _abstract_leaf(x: Any) -> Any:
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return x
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
 
 
 def _jax_overrides(m: Any) -> dict[str, Any]:
@@ -69,4 +123,4 @@ def build_policy(cfg: Any, workdir: Path, corpus: Iterable[str]) -> Policy:
     if not tokenizer.eos_ids:
         raise ValueError("the tokenizer has no EOS token; generation could never stop early")
     log.info("devices: %s", ", ".join(sorted({d.platform for d in jax.devices()})))
-    return Policy(tokenizer=tokenizer, model_config=model_cfg, mesh=mesh, model=model)
+    return Policy.from_model(tokenizer, model_cfg, mesh, model)

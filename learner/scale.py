@@ -52,11 +52,13 @@ def reference_copy(params: Any, dtype: str) -> Any:
     """The frozen reference policy's weights with matrices stored in `dtype` (on device).
 
     With `dtype` = the model's compute dtype the reference computes exactly what the fp32 copy
-    would (every matmul casts its weight to the compute dtype), in half the memory.
+    would (every matmul casts its weight to the compute dtype), in half the memory. Every leaf is
+    a new buffer, so the params it was copied from may be donated to a training step.
     """
 
     def one(x: jax.Array) -> jax.Array:
-        return x.astype(dtype) if x.ndim >= 2 and jnp.issubdtype(x.dtype, jnp.floating) else x
+        y = x.astype(dtype) if x.ndim >= 2 and jnp.issubdtype(x.dtype, jnp.floating) else x
+        return jnp.copy(y)  # fresh buffers, never the input's (a training step donates those)
 
     return jax.jit(lambda p: jax.tree.map(one, p))(params)
 

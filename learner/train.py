@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from tqdm import tqdm
@@ -67,6 +66,7 @@ from learner.tasks import (
 from learner.train_step import (
     OptimizerConfig,
     TrainState,
+    abstract_train_state,
     create_train_state,
     learning_rate_schedule,
     make_optimizer,
@@ -199,30 +199,33 @@ def _checkpointer(run: Run, stage: str) -> Checkpointer:
 
 
 def _fresh_state(run: Run, stage: str, params: Any) -> TrainState:
-    model = nnx.merge(nnx.graphdef(run.policy.model), params)
+    """A new state of `stage`'s optimizer around `params`, which it takes over (a step donates them)."""
+    model = nnx.merge(run.policy.graphdef, params)
     return create_train_state(model, _stage_tx(run.cfg, stage), seed=int(run.cfg.seed),
                               mesh=run.policy.mesh)
+
+
+def _template(run: Run, stage: str) -> TrainState:
+    """What a checkpoint of `stage` restores into: shapes and shardings only, no device memory."""
+    return abstract_train_state(run.policy.graphdef, run.policy.abstract_params, _stage_tx(run.cfg, stage),
+                                mesh=run.policy.mesh)
 
 
 def _final_params(run: Run, stage: str) -> Any:
     """The params a finished stage ended with."""
     with _checkpointer(run, stage) as ck:
-        template = _fresh_state(run, stage, _copy(nnx.state(run.policy.model)))
-        return ck.restore(template).params
-
-
-def _copy(tree: Any) -> Any:
-    return jax.tree.map(jnp.copy, tree)
+        return ck.restore(_template(run, stage)).params
 
 
 def _start_params(run: Run, stage: str, stages: Sequence[str]) -> Any:
-    """A stage starts from the previous stage's final params, else from `init_from` / the policy."""
+    """A stage starts from the previous stage's final params, else from `init_from`, else from the
+    policy's initial weights (handed over: the policy keeps only their shapes afterwards)."""
     i = list(stages).index(stage)
     if i > 0:
         return _final_params(run, stages[i - 1])
     if run.cfg.init_from:
         return load_stage_params(run, Path(run.cfg.init_from))
-    return _copy(nnx.state(run.policy.model))
+    return run.policy.take_params()
 
 
 def load_stage_params(run: Run, path: Path, step: int | None = None) -> Any:
@@ -234,23 +237,31 @@ def load_stage_params(run: Run, path: Path, step: int | None = None) -> Any:
         if ck.latest_step() is None:
             raise TrainConfigError(f"no checkpoint in {path}")
         for stage in STAGES:  # the optimizer state's structure depends on the stage's optimizer
-            template = _fresh_state(run, stage, _copy(nnx.state(run.policy.model)))
             try:
-                return ck.restore(template, step).params
+                return ck.restore(_template(run, stage), step).params
             except Exception as err:  # noqa: BLE001 - try the next optimizer layout
                 errors.append(f"{stage}: {str(err).splitlines()[0][:200]}")
     raise TrainConfigError(f"cannot restore params from {path} with this model config: " + "; ".join(errors))
 
 
 def _stage_state(run: Run, stage: str, stages: Sequence[str]) -> tuple[TrainState, Any, int]:
-    """(state to continue from, the stage's starting params, step restored or 0)."""
-    start = _start_params(run, stage, stages)
-    state = _fresh_state(run, stage, _copy(start))
+    """(state to continue from, RL's frozen reference policy or None, step restored or 0).
+
+    Nothing is kept that the stage does not use: a resumed stage restores into an abstract
+    template; the starting params are read only to build a fresh state, and for RL's KL term,
+    whose reference is a copy in `rl.reference_dtype` (fresh buffers: the state's are donated)."""
     with _checkpointer(run, stage) as ck:
         latest = ck.latest_step()
-        if latest is not None:
-            state = ck.restore(state)
-    return state, start, int(latest or 0)
+        state = ck.restore(_template(run, stage)) if latest is not None else None
+    reference = None
+    if state is None or (stage == "rl" and float(run.cfg.rl.grpo.kl_coef) > 0):
+        start = _start_params(run, stage, stages)
+        if stage == "rl" and float(run.cfg.rl.grpo.kl_coef) > 0:
+            reference = scale.reference_copy(start, scale.reference_dtype(run.cfg, run.policy.model_config))
+        if state is None:
+            state = _fresh_state(run, stage, start)
+        del start
+    return state, reference, int(latest or 0)
 
 
 def stage_done(run: Run, stage: str) -> bool:
@@ -535,7 +546,7 @@ def _length_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
 
 
 def _sampler(run: Run, params: Any) -> Sampler:
-    return Sampler(nnx.merge(nnx.graphdef(run.policy.model), params), pad_id=run.policy.pad_id, min_bucket=64,
+    return Sampler(nnx.merge(run.policy.graphdef, params), pad_id=run.policy.pad_id, min_bucket=64,
                    mesh=run.policy.mesh)
 
 
@@ -588,6 +599,7 @@ def _rl_generate(run: Run, sampler: Sampler, gstep: int, version: int) -> _Batch
 
 
 def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int) -> TrainState:
+    """`ref_params`: the frozen reference policy (`_stage_state`), None when rl.grpo.kl_coef is 0."""
     cfg = run.cfg.rl
     total = int(cfg.steps)
     gcfg = GRPOConfig(**{k: cfg.grpo[k] for k in cfg.grpo.keys()})
@@ -595,8 +607,6 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
     sampler = _sampler(run, state.params)
     max_len = int(run.cfg.max_seq_len)
     mbt = scale.micro_batch_tokens(run.cfg)
-    if gcfg.kl_coef > 0:  # the frozen reference in the compute dtype: same results, less memory
-        ref_params = scale.reference_copy(ref_params, scale.reference_dtype(run.cfg, state.model.cfg))
     pending: _Batch | None = None
     overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and not run.farm.shares_cpu_with_learner)
     if cfg.overlap == "auto" and not overlap:
@@ -893,11 +903,13 @@ def train(cfg: Any) -> dict[str, Path]:
             programs(run)  # measured once, before any stage: they seed the exemplar buckets
         for stage in stages:
             if stage_done(run, stage):
+                run.policy.release()  # the initial weights start only the first stage
                 log.info("stage %s already complete", stage)
                 if _eval_pending(run, stage):  # restore the params only when they are needed
                     _eval_stage(run, stage, _final_params(run, stage))
                 continue
-            state, start_params, restored = _stage_state(run, stage, stages)
+            state, reference, restored = _stage_state(run, stage, stages)
+            run.policy.release()  # handed to this stage, or not needed: later stages start from checkpoints
             dropped = run.db.truncate_after(offsets[stage] + restored)
             if dropped:
                 log.info("resume: dropped %d database rows newer than the checkpoint", dropped)
@@ -907,7 +919,8 @@ def train(cfg: Any) -> dict[str, Path]:
             elif stage == "selfsup":
                 state = run_selfsup(run, state, restored, offsets[stage])
             else:
-                state = run_rl(run, state, start_params, restored, offsets[stage])
+                state = run_rl(run, state, reference, restored, offsets[stage])
+                del reference
             if _eval_pending(run, stage):
                 _eval_stage(run, stage, state.params)
         return final_report(run, stages)

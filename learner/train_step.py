@@ -156,6 +156,33 @@ def create_train_state(
     )
 
 
+def abstract_train_state(
+    graphdef: Any,
+    abstract_params: Any,
+    tx: optax.GradientTransformation,
+    *,
+    mesh: Mesh,
+    rules: PartitionRules = DEFAULT_RULES,
+) -> TrainState:
+    """The shapes, dtypes and shardings of the state `create_train_state` would build, and no
+    arrays: the target a checkpoint restore fills (learner.checkpoint), at no device memory."""
+    opt = jax.eval_shape(tx.init, abstract_params)
+    opt = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), opt,
+                       tree_shardings(opt, mesh, rules))
+    replicated = NamedSharding(mesh, P())
+    key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+    return TrainState(
+        step=jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+        params=abstract_params,
+        opt_state=opt,
+        rng=jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=replicated),
+        graphdef=graphdef,
+        tx=tx,
+        mesh=mesh,
+        rules=tuple(rules),
+    )
+
+
 def _accumulate(
     state: TrainState, batch: dict[str, Any], loss_fn: LossFn, micro_batches: int
 ) -> tuple[Any, jax.Array, jax.Array, dict[str, jax.Array]]:
