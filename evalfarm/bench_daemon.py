@@ -88,7 +88,10 @@ class Sampler(threading.Thread):
         super().__init__(name="bench-sampler", daemon=True)
         self.client, self.every_s = client, every_s
         self.queue: list[tuple[float, int, int]] = []  # (seconds, queue depth, running)
-        self.util: list[float] = []
+        self.util: list[float] = []  # mean over the host's GPUs, per sample
+        self.util_per_gpu: list[list[float]] = []
+        self.slots: int | None = None  # from the daemon's Capacity
+        self.gpu_model = ""
         self._halt = threading.Event()
         self._nvml: Any = None
         if gpu:
@@ -96,7 +99,8 @@ class Sampler(threading.Thread):
                 import pynvml
 
                 pynvml.nvmlInit()
-                self._nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))
+                handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+                self._nvml = (pynvml, handles)
             except Exception as err:  # noqa: BLE001 - GPU busy is then reported as unknown
                 log.warning("no NVML (%s): GPU busy fraction not measured", err)
         self.t0 = time.monotonic()
@@ -108,11 +112,15 @@ class Sampler(threading.Thread):
                 cap = next(iter(caps.values()))
                 if cap is not None:
                     self.queue.append((round(time.monotonic() - self.t0, 2), cap.queue_depth, cap.running))
+                    self.slots = int(cap.slots)
+                    self.gpu_model = str(getattr(cap, "gpu_model", "") or "")
             except Exception as err:  # noqa: BLE001 - a missed sample is not a failed run
                 log.debug("capacity sample failed: %s", err)
             if self._nvml is not None:
-                nv, handle = self._nvml
-                self.util.append(float(nv.nvmlDeviceGetUtilizationRates(handle).gpu))
+                nv, handles = self._nvml
+                per = [float(nv.nvmlDeviceGetUtilizationRates(h).gpu) for h in handles]
+                self.util_per_gpu.append(per)
+                self.util.append(statistics.fmean(per) if per else 0.0)
 
     def stop(self) -> None:
         self._halt.set()
@@ -206,6 +214,11 @@ def summarise(rows: list[dict[str, Any]], wall_s: float, sampler: Sampler, cv: l
         "queue_depth_max": max((q for _, q, _ in sampler.queue), default=None),
         "queue_depth_samples": sampler.queue,
         "gpu_busy_fraction": round(statistics.fmean(sampler.util) / 100, 3) if sampler.util else None,
+        "gpu_busy_fraction_per_gpu": [round(statistics.fmean(col) / 100, 3) for col in zip(*sampler.util_per_gpu,
+                                                                                        strict=True)],
+        "slots": sampler.slots, "gpu_model": sampler.gpu_model,
+        "candidates_per_minute_per_slot": (round(60 * len(rows) / wall_s / sampler.slots, 2)
+                                           if wall_s > 0 and sampler.slots else None),
         "reward_cv": cv,
     }
 
@@ -218,11 +231,16 @@ def markdown(s: dict[str, Any]) -> str:
     warm = s.get("warm_judges")
     warm_note = "" if warm is None else f", --warm-judges {warm}"
     lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s{warm_note}{cut})", "",
-             "| candidates/min | latency median s | latency p95 s | evaluation median s | evaluation p95 s | "
-             "GPU busy | queue depth max |", "|---|---|---|---|---|---|---|",
-             f"| {f(s['candidates_per_minute'])} | {f(s['latency_s_median'])} | {f(s['latency_s_p95'])} | "
+             "| candidates/min | per slot | latency median s | latency p95 s | evaluation median s | "
+             "evaluation p95 s | GPU busy | queue depth max |", "|---|---|---|---|---|---|---|---|",
+             f"| {f(s['candidates_per_minute'])} | {f(s.get('candidates_per_minute_per_slot'))} | "
+             f"{f(s['latency_s_median'])} | {f(s['latency_s_p95'])} | "
              f"{f(s['evaluation_s_median'])} | {f(s['evaluation_s_p95'])} | {f(s['gpu_busy_fraction'], '.0%')} | "
              f"{s['queue_depth_max']} |", "",
+             f"Slots: {s.get('slots') if s.get('slots') is not None else 'unknown'}, device model the client "
+             f"routes by: {s.get('gpu_model') or 'unknown (mixed or not reported)'}"
+             + ("; GPU busy per GPU: " + ", ".join(f"{x:.0%}" for x in s["gpu_busy_fraction_per_gpu"])
+                if s.get("gpu_busy_fraction_per_gpu") else ""), "",
              "Median seconds per phase: " + ", ".join(f"{k} {v:.2f}" for k, v in s["phase_s_median"].items()),
              f"First builds (not cached): {s['first_build_s_total']} s in all. Verdicts: "
              + ", ".join(f"{k} {v}" for k, v in sorted(s["verdicts"].items())), "",

@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,20 +90,19 @@ def _sync(x: Any) -> None:
     jax.block_until_ready(x)
 
 
-def _peak_mem_gb() -> float | None:
-    try:
-        stats = jax.devices()[0].memory_stats() or {}
-    except Exception:  # noqa: BLE001 - backends without memory stats
-        return None
-    peak = stats.get("peak_bytes_in_use")
-    return None if peak is None else peak / 1e9
+def _peak_mem_gb(devices: Sequence[jax.Device] | None = None) -> float | None:
+    from learner.bench_rl import _peak_gb
+
+    return _peak_gb(devices or jax.devices()[:1])
 
 
 def bench_train(
     cfg: ModelConfig, *, batch: int, seq: int, steps: int, warmup: int, chunk: int | None,
-    peak_flops: float, micro_batch_tokens: int = 0,
+    peak_flops: float, micro_batch_tokens: int = 0, devices: Sequence[jax.Device] | None = None,
 ) -> dict[str, Any]:
-    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1))
+    """`devices`: the mesh's devices (default: all), every one on the fsdp axis; MFU is per
+    device (the step's FLOPs over the devices' summed peak)."""
+    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1), devices)
     model = create_sharded_model(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
     tx = make_optimizer(OptimizerConfig(learning_rate=1e-5, weight_decay=0.1, grad_clip_norm=1.0))
     state = create_train_state(model, tx, mesh=mesh)
@@ -132,8 +132,8 @@ def bench_train(
     res = dict(
         remat=cfg.remat, remat_policy=cfg.remat_policy, attention=model_attention_impl(cfg),
         batch=batch, seq=seq, micro_batches=mb, step_time_s=dt, tokens_per_s=tokens / dt, flops_per_token=fpt,
-        mfu=fpt * tokens / dt / peak_flops, loss=float(metrics["loss"]), compile_s=compile_s,
-        peak_mem_gb=_peak_mem_gb(),
+        mfu=fpt * tokens / dt / (peak_flops * mesh.size), loss=float(metrics["loss"]), compile_s=compile_s,
+        devices=mesh.size, peak_mem_gb=_peak_mem_gb(list(mesh.devices.flat)),
     )
     del state
     return res

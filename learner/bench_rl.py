@@ -11,6 +11,7 @@ worst case of a static batch. The first step compiles; the timed step is the sec
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -27,13 +28,24 @@ from learner.scale import batch_reference_logprobs, micro_batches_for, reference
 from learner.train_step import OptimizerConfig, create_train_state, make_optimizer
 
 
-def _peak_gb() -> float | None:
-    try:
-        stats = jax.local_devices()[0].memory_stats() or {}
-    except Exception:  # noqa: BLE001 - backends without memory stats
-        return None
-    peak = stats.get("peak_bytes_in_use")
-    return None if peak is None else peak / 1e9
+def _peak_gb(devices: Sequence[jax.Device] | None = None) -> float | None:
+    """The largest peak of memory in use over `devices` (default: the first local one)."""
+    peaks = [p for p in peak_gb_per_device(devices or jax.local_devices()[:1]) if p is not None]
+    return max(peaks) if peaks else None
+
+
+def peak_gb_per_device(devices: Sequence[jax.Device]) -> list[float | None]:
+    """Each device's peak memory in use since the process started, in GB (None where the backend
+    keeps no statistics, as on the CPU)."""
+    out: list[float | None] = []
+    for d in devices:
+        try:
+            stats = d.memory_stats() or {}
+        except Exception:  # noqa: BLE001 - backends without memory stats
+            stats = {}
+        peak = stats.get("peak_bytes_in_use")
+        out.append(None if peak is None else peak / 1e9)
+    return out
 
 
 def _batch(prompts: np.ndarray, group: int, tokens: np.ndarray, logprobs: np.ndarray,
@@ -50,8 +62,10 @@ def _batch(prompts: np.ndarray, group: int, tokens: np.ndarray, logprobs: np.nda
 
 
 def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int, max_new: int,
-                  micro_batch_tokens: int, steps: int = 2, seed: int = 0) -> dict[str, Any]:
-    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1))
+                  micro_batch_tokens: int, steps: int = 2, seed: int = 0,
+                  devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
+    """`devices`: the mesh's devices (default: all), every one on the fsdp axis."""
+    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1), devices)
     model = create_sharded_model(lambda: Transformer(cfg, rngs=nnx.Rngs(seed)), mesh)
     tx = make_optimizer(OptimizerConfig(learning_rate=1e-6, grad_clip_norm=1.0))
     state = create_train_state(model, tx, mesh=mesh)
@@ -85,5 +99,5 @@ def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int
         micro_batches=micro_batches_for({"tokens": np.zeros((prompts * group, prompt_len + max_new))},
                                         mesh, micro_batch_tokens),
         rollout_tokens_per_s=last["new_tokens"] / last["rollout_s"],
-        peak_mem_gb=_peak_gb(), first_step_s=runs[0]["step_s"], **last,
+        devices=mesh.size, peak_mem_gb=_peak_gb(list(mesh.devices.flat)), first_step_s=runs[0]["step_s"], **last,
     )

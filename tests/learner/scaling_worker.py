@@ -3,9 +3,9 @@
 `stats`: compiles (never runs) the training step and the sampler's generate for one fixed global
 batch on meshes of 1 and 8 devices and prints one JSON line with each executable's per-device
 temporary memory and FLOPs (`compiled.memory_analysis()` / `cost_analysis()`), plus the training
-step with 2 micro-batches. `equal`: runs two training steps (2 micro-batches on a
-(data=2, fsdp=2, tensor=2) mesh against 1 on one device) and greedy generation, with and without
-a shared prefill, and checks that sharded results equal single-device ones.
+step with 2 micro-batches. `equal`: runs `learner.bench_scaling.check_parity` on all 8: two
+training steps (2 micro-batches on a (data=2, fsdp=2, tensor=2) mesh against 1 on one device) and
+greedy generation, with and without a shared prefill; sharded results must equal single-device ones.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from learner.bench import tiny_config  # noqa: E402
+from learner.bench_scaling import check_parity  # noqa: E402
 from learner.lm.model import Transformer  # noqa: E402
-from learner.lm.sampler import Sampler, SamplingConfig, _generate  # noqa: E402
+from learner.lm.sampler import Sampler, _generate  # noqa: E402
 from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh, shard_batch  # noqa: E402
 from learner.losses import lm_loss_sum_count  # noqa: E402
 from learner.train_step import (  # noqa: E402
@@ -80,33 +81,9 @@ def compiled_stats(n: int) -> dict[str, dict[str, float]]:
 
 
 def check_equal() -> None:
-    single, sharded = _mesh(1), _mesh(8, data=2, fsdp=2, tensor=2)
-    f32 = CFG.replace(compute_dtype="float32")  # exact comparisons: no bf16 rounding
-    s1, s8 = _state(single, f32), _state(sharded, f32)
-    b1, b8 = _batch(single), _batch(sharded)
-    for _ in range(2):
-        s1, m1 = train_step(s1, b1, LOSS, 1)
-        s8, m8 = train_step(s8, b8, LOSS, 2)
-        np.testing.assert_allclose(float(m8["loss"]), float(m1["loss"]), rtol=1e-5)
-        np.testing.assert_allclose(float(m8["grad_norm"]), float(m1["grad_norm"]), rtol=1e-4)
-    for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s8.params), strict=True):
-        # Adam moves a weight whose gradient is near zero by up to lr times the sign of a value
-        # that the two layouts reduce in different orders: atol is a tenth of one step (lr 1e-3).
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-4)
-    prompts = [[5, 6, 7, 8], [9, 10, 11]] * 8
-    sc = SamplingConfig(max_new_tokens=12, temperature=0.0)
-    m1, m8 = _state(single, f32).model, _state(sharded, f32).model  # same init, two layouts
-    r1 = Sampler(m1, mesh=single).generate(prompts, sc, jax.random.PRNGKey(0))
-    r8 = Sampler(m8, mesh=sharded).generate(prompts, sc, jax.random.PRNGKey(0))
-    r8g = Sampler(m8, mesh=sharded).generate([prompts[0]] * 8 + [prompts[1]] * 8,
-                                              sc, jax.random.PRNGKey(0), group=8)
-    np.testing.assert_array_equal(r8.tokens, r1.tokens)
-    np.testing.assert_allclose(r8.logprobs, r1.logprobs, rtol=1e-4, atol=1e-4)
-    # A prefill shared by each group of 8 equal prompts gives each row what its own prefill gave.
-    np.testing.assert_array_equal(r8g.tokens[:8], np.repeat(r1.tokens[:1], 8, axis=0))
-    np.testing.assert_array_equal(r8g.tokens[8:], np.repeat(r1.tokens[1:2], 8, axis=0))
-    np.testing.assert_allclose(r8g.logprobs[8:], np.repeat(r1.logprobs[1:2], 8, axis=0),
-                               rtol=1e-4, atol=1e-4)
+    """The (data=2, fsdp=2, tensor=2) mesh against one device (learner.bench_scaling.check_parity)."""
+    report = check_parity(jax.devices())
+    assert report["mesh"] == {"data": 2, "fsdp": -1, "tensor": 2}, report
 
 
 def main() -> None:

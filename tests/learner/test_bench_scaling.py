@@ -1,0 +1,110 @@
+"""The multi-GPU scaling benchmark (learner.bench_scaling), run on simulated CPU devices: the same
+global batch on 1 and N devices, per-device micro-batches, the efficiency table, a run config's
+policy against its memory plan, and the sharded-equals-single check through its command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from learner.bench_scaling import compare_table, efficiency, parity_mesh_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(args: list[str], devices: int, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    proc = subprocess.run([sys.executable, "-m", "learner.bench_scaling", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def test_efficiency_is_one_device_throughput_times_n_over_n_device_throughput() -> None:
+    assert efficiency(8.0, 2.0, 4) == pytest.approx(1.0)
+    assert efficiency(8.0, 4.0, 4) == pytest.approx(0.5)
+    assert efficiency(8.0, 8.0, 1) == pytest.approx(1.0)
+
+
+def _run(n: int, step: float, train: float) -> dict:
+    return {"devices": n, "device_kind": "H100", "jax_version": "x", "errors": [],
+            "model": {"name": "m", "num_params": 1.5e9},
+            "rl": {"step_s": step, "rollout_s": step / 2, "reference_s": step / 4, "update_s": step / 4,
+                   "rollout_tokens_per_s": 1000.0 * n},
+            "train": {"step_time_s": train, "mfu": 0.4}, "peak_gb_per_device": [10.0] * n}
+
+
+def test_compare_table_reports_each_device_count_against_one_device() -> None:
+    table = compare_table({1: _run(1, 8.0, 4.0), 4: _run(4, 2.5, 1.25)})
+    row4 = next(line for line in table.splitlines() if line.startswith("| 4 |"))
+    assert "80% (80% / 80% / 80%)" in row4  # 8 / (4 x 2.5)
+    assert "| >= 90% |" in row4
+    assert "no one-device run" in compare_table({4: _run(4, 2.5, 1.25)})
+
+
+def test_parity_mesh_uses_the_axes_the_device_count_allows() -> None:
+    assert (parity_mesh_config(2).data, parity_mesh_config(2).tensor) == (1, 1)
+    assert (parity_mesh_config(4).data, parity_mesh_config(4).tensor) == (2, 1)
+    assert (parity_mesh_config(8).data, parity_mesh_config(8).tensor) == (2, 2)
+
+
+@pytest.mark.slow
+def test_scaling_run_on_one_and_four_devices_keeps_the_global_batch(tmp_path: Path) -> None:
+    for n in ("1", "4"):
+        _cli(["run", "--suite", "tiny", "--devices", n, "--out-dir", str(tmp_path)], devices=4)
+    one = json.loads((tmp_path / "scaling_1.json").read_text())
+    four = json.loads((tmp_path / "scaling_4.json").read_text())
+    assert one["errors"] == [] and four["errors"] == []
+    assert (one["rl"]["devices"], four["rl"]["devices"], four["train"]["devices"]) == (1, 4, 4)
+    for key in ("prompts", "group", "prompt_len", "max_new"):
+        assert one["rl"][key] == four["rl"][key]
+    assert (one["train"]["batch"], one["train"]["seq"]) == (four["train"]["batch"], four["train"]["seq"])
+    # Micro-batches are sized per device: four devices take the batch in a quarter of the count.
+    assert one["train"]["micro_batches"] == 4 * four["train"]["micro_batches"]
+    assert one["rl"]["micro_batches"] == 4 * four["rl"]["micro_batches"]
+    table = _cli(["compare", "--out-dir", str(tmp_path)], devices=1).stdout
+    assert next(line for line in table.splitlines() if line.startswith("| 4 |"))
+
+
+@pytest.mark.slow
+def test_big_runs_a_config_policy_and_reports_its_plan(tmp_path: Path) -> None:
+    config = tmp_path / "small.py"
+    config.write_text(textwrap.dedent("""
+        from configs.common import base_config
+
+        def get_config():
+            c = base_config()
+            c.model.param_dtype = "float32"
+            c.model.compute_dtype = "float32"
+            c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, -1, 1
+            c.max_seq_len = 64
+            c.sampling.max_new_tokens = 16
+            c.sampling.batch_size = 8
+            c.train.micro_batch_tokens = 128
+            c.sft.batch_size = 4
+            c.rl.tasks_per_step = 2
+            c.rl.group_size = 4
+            return c
+        """))
+    out = _cli(["big", "--config", str(config), "--model", "tiny", "--out-dir", str(tmp_path)], devices=2).stdout
+    res = json.loads((tmp_path / "big_2.json").read_text())
+    assert res["errors"] == [] and res["plan_fits"], res
+    assert res["sft"]["rows"] == 4 and res["sft"]["seq"] == 64
+    assert (res["rl"]["prompts"], res["rl"]["group"], res["rl"]["max_new"], res["rl"]["prompt_len"]) == (2, 4, 16, 48)
+    assert "memory plan per device" in out and "SFT step, 4 x 64 tokens" in out
+    assert "GB/device" in out  # the plan itself is printed first
+
+
+@pytest.mark.slow
+def test_parity_command_passes_on_four_simulated_devices() -> None:
+    out = _cli(["parity", "--devices", "all"], devices=4).stdout
+    report = json.loads(next(x for x in out.splitlines() if x.startswith("PARITY "))[len("PARITY "):])
+    assert report["devices"] == 4 and report["mesh"]["data"] == 2 and report["generation"] == "equal"
+    assert report["max_weight_diff"] < 1e-4
