@@ -52,6 +52,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.sampling.temperature = 1.0
     c.sampling.top_p = 1.0
     c.sampling.batch_size = 16  # rows per generate call (a fixed shape: compiles once)
+    # "static": batches of batch_size rows, each decoded until its longest row ends; "continuous":
+    # batch_size rows refilled with the next prompt as each completion ends (learner.lm.engine;
+    # one process only). docs/benchmarks.md, "Rollout: static or continuous", says which paid.
+    c.sampling.engine = "static"
+    c.sampling.engine_chunk = 64  # continuous: decode steps per device call at most
 
     c.train = ml_collections.ConfigDict()  # how updates run on the mesh (learner.scale)
     c.train.micro_batch_tokens = 0  # tokens per micro-batch over the whole mesh; 0 = one pass

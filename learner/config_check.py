@@ -32,6 +32,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "model.chat_template": ("auto", "off"),
     "distributed.mode": ("auto", "on", "off"),
     "rl.overlap": ("auto", "on", "off"),
+    "sampling.engine": ("static", "continuous"),
     "rl.reference_dtype": ("compute", "float32", "bfloat16", "float16"),
     "rl.exemplar_rule": ("bucket", "random"),
     "rl.exemplar_order": EXEMPLAR_ORDERS,
@@ -41,7 +42,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
 }
 LISTS: dict[str, tuple[str, ...]] = {"stages": STAGES, "eval.prompts": EVAL_FORMS}
 
-POSITIVE_INTS = ("max_seq_len", "sampling.max_new_tokens", "sampling.batch_size", "sft.batch_size",
+POSITIVE_INTS = ("max_seq_len", "sampling.max_new_tokens", "sampling.batch_size", "sampling.engine_chunk",
+                 "sft.batch_size",
                  "selfsup.samples_per_task", "selfsup.batch_size", "selfsup.passes", "rl.tasks_per_step",
                  "rl.group_size", "eval.samples_per_task", "farm.local_daemons", "farm.local_slots",
                  "keep_checkpoints", "checkpoint_every", "sft.checkpoint_every")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from learner.lm.engine import ContinuousSampler
 from learner.lm.sampler import Sampler, SamplingConfig
 from learner.lm.tokenizer import Tokenizer
 from learner.prompts import ParseFailure, parse_response
@@ -57,16 +58,21 @@ def generate_rollouts(
     """`prompts`: (sample_id, task_id, group, prompt token ids). Generates in fixed-size batches
     (the last one padded by repeating its first prompt) so every batch compiles once. When the
     prompts come in runs of G equal ones (GRPO's samples of one prompt) and G divides the batch
-    size, each run shares one prefill (`Sampler.generate(group=G)`)."""
+    size, each run shares one prefill (`Sampler.generate(group=G)`). A `ContinuousSampler` takes
+    every prompt in one call and keeps its own rows busy (equal prompts refilled together share
+    one prefill)."""
     out: list[Rollout] = []
     t0 = time.perf_counter()
     new_tokens = 0
     share = _run_length(prompts)
     share = share if share > 1 and batch_size % share == 0 else 1
+    if isinstance(sampler, ContinuousSampler):  # its own rows: every prompt in one call
+        batch_size = max(1, len(prompts))
     for start in range(0, len(prompts), batch_size):
         chunk = list(prompts[start:start + batch_size])
         real = len(chunk)
-        chunk += [chunk[0]] * (batch_size - real)
+        if not isinstance(sampler, ContinuousSampler):  # a fixed shape: compiles once
+            chunk += [chunk[0]] * (batch_size - real)
         res = sampler.generate([p[3] for p in chunk], sampling, jax.random.fold_in(rng, start),
                                group=share)
         comps = res.completions()

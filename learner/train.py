@@ -45,6 +45,7 @@ from learner.distributed import distributed_config, maybe_initialize_distributed
 from learner.exemplars import ExemplarDB, SampleRecord, code_sha256, sample_random_exemplars
 from learner.farm import Farm, FarmOutcome, FarmSettings, Outcome, one_model_per_group
 from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss
+from learner.lm.engine import ContinuousSampler
 from learner.lm.sampler import Sampler, SamplingConfig
 from learner.losses import lm_loss_sum_count
 from learner.metrics import MetricsWriter
@@ -546,8 +547,14 @@ def _length_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
 
 
 def _sampler(run: Run, params: Any) -> Sampler:
-    return Sampler(nnx.merge(run.policy.graphdef, params), pad_id=run.policy.pad_id, min_bucket=64,
-                   mesh=run.policy.mesh)
+    model = nnx.merge(run.policy.graphdef, params)
+    s = run.cfg.sampling
+    if str(s.get("engine", "static")) == "continuous":
+        if jax.process_count() > 1:
+            raise TrainConfigError("sampling.engine=continuous runs in one process; use static in multi-host runs")
+        return ContinuousSampler(model, rows=int(s.batch_size), chunk=int(s.get("engine_chunk", 64)),
+                                 pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh)
+    return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh)
 
 
 @dataclasses.dataclass

@@ -160,18 +160,19 @@ def _generate(
     pad_id: int,
     mesh: Any = None,
     group: int = 1,
+    row_limit: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """`prompt` [B/group, P] distinct prompts; rows r*group .. r*group+group-1 continue prompt r."""
     with activation_mesh(mesh):
         return _generate_body(graphdef, params, prompt, prompt_len, rng, eos_ids, temperature,
                               top_p, max_new=max_new, cache_len=cache_len, greedy=greedy,
-                              use_top_p=use_top_p, pad_id=pad_id, group=group)
+                              use_top_p=use_top_p, pad_id=pad_id, group=group, row_limit=row_limit)
 
 
 def _generate_body(
     graphdef: Any, params: Any, prompt: jax.Array, prompt_len: jax.Array, rng: jax.Array,
     eos_ids: jax.Array, temperature: jax.Array, top_p: jax.Array, *, max_new: int,
-    cache_len: int, greedy: bool, use_top_p: bool, pad_id: int, group: int,
+    cache_len: int, greedy: bool, use_top_p: bool, pad_id: int, group: int, row_limit: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     from learner.lm.sharding import constrain
 
@@ -196,7 +197,7 @@ def _generate_body(
 
     out_tok, out_lp, done, n_steps, _ = decode_loop(
         model, logits, cache, key_valid, p, prompt_len, rng, eos_ids, temperature, top_p,
-        max_new=max_new, greedy=greedy, use_top_p=use_top_p, pad_id=pad_id,
+        max_new=max_new, greedy=greedy, use_top_p=use_top_p, pad_id=pad_id, row_limit=row_limit,
     )
     return out_tok, out_lp, done, n_steps
 
@@ -217,8 +218,10 @@ def decode_loop(
     greedy: bool,
     use_top_p: bool,
     pad_id: int,
+    row_limit: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, Any]:
-    """Device-side sampling loop (call inside jit).
+    """Device-side sampling loop (call inside jit); `row_limit` [B]: a row stops after that many
+    tokens (default max_new; `done` then stays False for it, as for any row that hit the cap).
 
     logits [B, V]: next-token logits after the prompt; cache: per-layer (k, v) [B, K, T, D];
     key_valid [B, T]; token i is written to cache slot start_slot + i with rotary position
@@ -229,21 +232,24 @@ def decode_loop(
     out_tok = jnp.full((b, max_new), pad_id, jnp.int32)
     out_lp = jnp.zeros((b, max_new), jnp.float32)
     done = jnp.zeros((b,), bool)
+    capped = row_limit is not None
+    limit = jnp.full((b,), max_new, jnp.int32) if row_limit is None else row_limit
 
     def cond(carry: tuple[Any, ...]) -> jax.Array:
         i, done = carry[0], carry[5]
-        return (i < max_new) & ~jnp.all(done)
+        return (i < max_new) & ~jnp.all(done | (i >= limit))
 
     def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
         i, logits, cache, key_valid, out, done = carry
         out_tok, out_lp = out
         tok = _choose(logits, jax.random.fold_in(rng, i), temperature, top_p, greedy, use_top_p)
         lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
-        tok = jnp.where(done, pad_id, tok)
-        lp = jnp.where(done, 0.0, lp)
+        stopped = done | (i >= limit) if capped else done
+        tok = jnp.where(stopped, pad_id, tok)
+        lp = jnp.where(stopped, 0.0, lp)
         out_tok = jax.lax.dynamic_update_slice(out_tok, tok[:, None], (0, i))
         out_lp = jax.lax.dynamic_update_slice(out_lp, lp[:, None], (0, i))
-        done = done | jnp.any(tok[:, None] == eos_ids[None, :], axis=-1)
+        done = done | (~stopped & jnp.any(tok[:, None] == eos_ids[None, :], axis=-1))
         slot = start_slot + i
         key_valid = jax.lax.dynamic_update_slice(key_valid, jnp.ones((b, 1), bool), (0, slot))
         logits, cache = model.decode_step(tok, start_pos + i, cache, slot, key_valid)
@@ -300,10 +306,12 @@ class Sampler:
 
     def generate(
         self, prompts: Sequence[Sequence[int]], cfg: SamplingConfig, rng: jax.Array,
-        group: int = 1,
+        group: int = 1, limits: Sequence[int] | None = None,
     ) -> SampleResult:
         """Completions for `prompts`. `group` > 1: consecutive runs of `group` equal prompts
-        share one prefill (falls back to one prefill per row when they are not equal).
+        share one prefill (falls back to one prefill per row when they are not equal). `limits`:
+        per-prompt caps on new tokens (default `cfg.max_new_tokens`; a benchmark's stand-in for
+        where an EOS would fall).
 
         In a multi-process run every process passes its own rows (the same number in each) and
         gets their completions back; the prompt bucket is agreed over all processes."""
@@ -320,6 +328,12 @@ class Sampler:
         greedy = cfg.temperature == 0.0
         eos = np.array(cfg.eos_ids or (-1,), np.int32)
         placed = shard_batch({"prompt": batch, "lens": lens}, self.mesh)
+        row_limit = None
+        if limits is not None:
+            caps = np.minimum(np.asarray(limits, np.int32), cfg.max_new_tokens)
+            if caps.shape != (len(prompts),) or (caps < 1).any():
+                raise SamplerError("limits: one cap >= 1 per prompt")
+            row_limit = shard_batch({"l": caps}, self.mesh)["l"]
         toks, lps, done, _ = _generate(
             self.graphdef,
             self.params,
@@ -336,19 +350,24 @@ class Sampler:
             pad_id=self.pad_id,
             mesh=self.mesh,
             group=group,
+            row_limit=row_limit,
         )
         toks, lps, done = (host_local_rows(x, self.mesh) for x in (toks, lps, done))
-        return self._finish(toks, lps, done, cfg)
+        generated = None if limits is None else np.minimum(np.asarray(limits, np.int32), cfg.max_new_tokens)
+        return self._finish(toks, lps, done, cfg, generated)
 
     def _finish(
-        self, toks: np.ndarray, lps: np.ndarray, done: np.ndarray, cfg: SamplingConfig
+        self, toks: np.ndarray, lps: np.ndarray, done: np.ndarray, cfg: SamplingConfig,
+        generated: np.ndarray | None = None,
     ) -> SampleResult:
+        """`done[r]`: row r emitted an EOS id; `generated[r]` (default: all columns) is how many
+        tokens it produced otherwise."""
         toks, lps = toks.copy(), lps.copy()
         eos = set(cfg.eos_ids)
         lengths = np.zeros(len(toks), np.int32)
         reasons: list[str] = []
         for r, row in enumerate(toks):
-            n, reason = len(row), "length"
+            n, reason = (len(row) if generated is None else int(generated[r])), "length"
             if done[r]:
                 n = next(j for j, tok in enumerate(row) if tok in eos) + 1
                 reason = "eos"
