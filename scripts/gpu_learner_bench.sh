@@ -4,7 +4,8 @@
 #   2. `learner.bench --suite h100`: a random Qwen2.5-1.5B-shaped model, an RL step at G=16
 #      (8 prompts x 2k tokens, 2k-token responses, micro-batched; rollout / reference / update
 #      seconds, rollout tokens/s, peak memory), decode at batch 256 / context 4k against the
-#      measured-bandwidth HBM bound, and training MFU at sequence 4096 with micro-batching.
+#      measured-bandwidth HBM bound, and training MFU at sequence 4096 with micro-batching;
+#   3. `learner.bench_rollout --suite 1.5b`: static batches against continuous batching.
 # Logs, suite.json and suite.md (the table) go to $OUT (default ./bench-out). About 5-8 minutes
 # on one H100; no network.
 #
@@ -28,6 +29,10 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=c
     > "$OUT/gpu.csv" 2>&1 || true
 "$PY" -m learner.bench --suite h100 --out-dir "$OUT" 2>&1 | tee "$OUT/learner_bench.log"
 rc=${PIPESTATUS[0]}
+# Static batches against continuous batching, one RL step's rollouts (docs/benchmarks.md).
+"$PY" -m learner.bench_rollout --suite 1.5b --out "$OUT/rollout.json" > "$OUT/rollout.md" 2>"$OUT/rollout.log" \
+    || echo "bench_rollout exit code $?" >> "$OUT/rollout.md"
 echo "== table ($OUT/suite.md) =="
 cat "$OUT/suite.md" 2>/dev/null
+tail -n 8 "$OUT/rollout.md"
 exit "$rc"

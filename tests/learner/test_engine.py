@@ -141,3 +141,13 @@ def test_the_learner_samples_with_the_configured_engine(tmp_path) -> None:
     cfg.sampling.engine = "paged"
     with pytest.raises(TrainConfigError, match="sampling.engine"):
         validate_config(cfg)
+
+
+def test_rollout_benchmark_runs_both_samplers_on_the_same_samples() -> None:
+    from learner.bench_rollout import bench_rollout, table
+
+    r = bench_rollout("tiny")
+    assert r["samples"] == 32 and r["tokens"] > 0
+    assert r["continuous"]["row_efficiency"] > r["static"]["row_efficiency"]
+    assert r["continuous"]["prefilled"] < r["samples"]  # equal prompts refilled together share one prefill
+    assert "| continuous batching |" in table(r)
