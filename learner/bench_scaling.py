@@ -27,7 +27,8 @@ samples of `sampling.max_new_tokens` new tokens, with the measured peak per devi
 plan. A plan that does not fit is reported and not run (`--force` runs it anyway).
 
 `parity` checks on the devices present (real GPUs, or simulated CPU devices) that two micro-batched
-training steps and greedy generation on a sharded mesh equal those on one device.
+training steps and greedy generation (static, shared prefill, and continuous batching) on a
+sharded mesh equal those on one device.
 """
 
 from __future__ import annotations
@@ -320,6 +321,7 @@ def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
     from flax import nnx
 
     from learner.bench import tiny_config
+    from learner.lm.engine import ContinuousSampler
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import create_sharded_model, make_mesh, shard_batch
@@ -369,12 +371,17 @@ def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
         rn = Sampler(mn, mesh=sharded).generate(prompts, sc, jax.random.PRNGKey(0))
         rg = Sampler(mn, mesh=sharded).generate([prompts[0]] * 8 + [prompts[1]] * 8, sc,
                                                  jax.random.PRNGKey(0), group=8)
+        # Continuous batching on the sharded mesh: rows refilled one at a time, same tokens.
+        rc = ContinuousSampler(mn, rows=4, chunk=3, refill_batch=1, mesh=sharded).generate(
+            prompts, sc, jax.random.PRNGKey(0))
     np.testing.assert_array_equal(rn.tokens, r1.tokens)
     np.testing.assert_allclose(rn.logprobs, r1.logprobs, rtol=1e-4, atol=1e-4)
     # A prefill shared by each group of 8 equal prompts gives each row what its own prefill gave.
     np.testing.assert_array_equal(rg.tokens[:8], np.repeat(r1.tokens[:1], 8, axis=0))
     np.testing.assert_array_equal(rg.tokens[8:], np.repeat(r1.tokens[1:2], 8, axis=0))
     np.testing.assert_allclose(rg.logprobs[8:], np.repeat(r1.logprobs[1:2], 8, axis=0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(rc.tokens, r1.tokens)
+    np.testing.assert_allclose(rc.logprobs, r1.logprobs, rtol=1e-4, atol=1e-4)
     report["generation"] = "equal"
     return report
 
