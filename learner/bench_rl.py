@@ -61,6 +61,30 @@ def _batch(prompts: np.ndarray, group: int, tokens: np.ndarray, logprobs: np.nda
             "advantages": rng.standard_normal(rows).astype(np.float32)}
 
 
+def timed_rl_step(state: Any, ref: Any, sampler: Sampler, distinct: np.ndarray, group: int, sc: SamplingConfig,
+                  key: jax.Array, loss_fn: Any, micro_batch_tokens: int, rng: np.random.Generator,
+                  rows_per_generate: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """One GRPO step on `distinct` prompts x `group` samples, timed by phase: the rollout (in calls
+    of `rows_per_generate` rows, default all), the reference log-probs, the micro-batched update
+    with the rollout copy's refresh. Returns the new state and the timings."""
+    rows = [list(r) for r in np.repeat(distinct, group, axis=0)]
+    per_call = rows_per_generate or len(rows)
+    t0 = time.perf_counter()
+    results = [sampler.generate(rows[s:s + per_call], sc, jax.random.fold_in(key, s), group=group)
+               for s in range(0, len(rows), per_call)]
+    t1 = time.perf_counter()
+    batch = _batch(distinct, group, np.concatenate([r.tokens for r in results]),
+                   np.concatenate([r.logprobs for r in results]), rng)
+    batch["ref_logprobs"] = batch_reference_logprobs(state, ref, batch, micro_batch_tokens)
+    t2 = time.perf_counter()
+    state, metrics = step(state, batch, loss_fn, micro_batch_tokens)
+    sampler.update_params(state.params)
+    jax.block_until_ready((metrics, sampler.params))
+    t3 = time.perf_counter()
+    return state, dict(rollout_s=t1 - t0, reference_s=t2 - t1, update_s=t3 - t2, step_s=t3 - t0,
+                       new_tokens=int(sum(r.lengths.sum() for r in results)), loss=float(metrics["loss"]))
+
+
 def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int, max_new: int,
                   micro_batch_tokens: int, steps: int = 2, seed: int = 0,
                   devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
@@ -78,20 +102,9 @@ def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int
     runs = []
     for i in range(steps):
         distinct = rng.integers(0, cfg.vocab_size, (prompts, prompt_len)).astype(np.int32)
-        rows = [list(r) for r in np.repeat(distinct, group, axis=0)]
-        t0 = time.perf_counter()
-        res = sampler.generate(rows, sc, jax.random.PRNGKey(i), group=group)
-        t1 = time.perf_counter()
-        batch = _batch(distinct, group, res.tokens, res.logprobs, rng)
-        batch["ref_logprobs"] = batch_reference_logprobs(state, ref, batch, micro_batch_tokens)
-        t2 = time.perf_counter()
-        state, metrics = step(state, batch, loss_fn, micro_batch_tokens)
-        sampler.update_params(state.params)
-        jax.block_until_ready((metrics, sampler.params))
-        t3 = time.perf_counter()
-        runs.append(dict(rollout_s=t1 - t0, reference_s=t2 - t1, update_s=t3 - t2,
-                         step_s=t3 - t0, new_tokens=int(res.lengths.sum()),
-                         loss=float(metrics["loss"])))
+        state, run = timed_rl_step(state, ref, sampler, distinct, group, sc, jax.random.PRNGKey(i), loss_fn,
+                                   micro_batch_tokens, rng)
+        runs.append(run)
     last = runs[-1]
     return dict(
         prompts=prompts, group=group, prompt_len=prompt_len, max_new=max_new,

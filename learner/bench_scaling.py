@@ -176,14 +176,14 @@ def run_big(config_path: str, model_name: str, devices: Sequence[jax.Device], ou
     from flax import nnx
 
     from learner.bench import _suite_model
-    from learner.bench_rl import _batch, peak_gb_per_device
+    from learner.bench_rl import peak_gb_per_device, timed_rl_step
     from learner.grpo import GRPOConfig, make_grpo_loss
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
     from learner.losses import lm_loss_sum_count
     from learner.memory_plan import PlanInputs, _load_config, plan_memory
-    from learner.scale import batch_reference_logprobs, reference_copy, step
+    from learner.scale import reference_copy, step
     from learner.train_step import OptimizerConfig, create_train_state, make_optimizer
 
     cfg = _load_config(config_path)
@@ -246,22 +246,9 @@ def run_big(config_path: str, model_name: str, devices: Sequence[jax.Device], ou
         runs = []
         for i in range(2):  # the first compiles
             distinct = rng.integers(0, model_cfg.vocab_size, (prompts, p_len)).astype(np.int32)
-            rows_ = [list(r) for r in np.repeat(distinct, group, axis=0)]
-            t0 = time.perf_counter()
-            toks, lps = [], []
-            for s in range(0, len(rows_), per_call):
-                res = sampler.generate(rows_[s:s + per_call], sc, jax.random.PRNGKey(100 * i + s), group=group)
-                toks.append(res.tokens)
-                lps.append(res.logprobs)
-            t1 = time.perf_counter()
-            rl_batch = _batch(distinct, group, np.concatenate(toks), np.concatenate(lps), rng)
-            rl_batch["ref_logprobs"] = batch_reference_logprobs(state, ref, rl_batch, mbt)
-            t2 = time.perf_counter()
-            state, metrics = step(state, rl_batch, loss_fn, mbt)
-            sampler.update_params(state.params)
-            jax.block_until_ready((metrics, sampler.params))
-            t3 = time.perf_counter()
-            runs.append(dict(rollout_s=t1 - t0, reference_s=t2 - t1, update_s=t3 - t2, step_s=t3 - t0))
+            state, run = timed_rl_step(state, ref, sampler, distinct, group, sc, jax.random.PRNGKey(i), loss_fn,
+                                       mbt, rng, rows_per_generate=per_call)
+            runs.append(run)
         result["rl"] = dict(prompts=prompts, group=group, prompt_len=p_len, max_new=new,
                             rows_per_generate=per_call, first_step_s=runs[0]["step_s"], **runs[1])
     except Exception as e:  # noqa: BLE001

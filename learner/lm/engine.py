@@ -36,7 +36,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner.lm.sampler import Sampler, SamplerError, SampleResult, SamplingConfig, _choose
+from learner.lm.sampler import (
+    Sampler,
+    SamplerError,
+    SampleResult,
+    SamplingConfig,
+    _choose,
+    prefill_left_padded,
+)
 from learner.lm.sharding import activation_mesh, constrain
 
 log = logging.getLogger(__name__)
@@ -136,12 +143,7 @@ def _refill(graphdef: Any, params: Any, state: dict[str, Any], prompts: jax.Arra
         model = nnx.merge(graphdef, params)
         b, t = state["key_valid"].shape
         _, p = prompts.shape
-        pad = p - lens
-        idx = jnp.arange(p, dtype=jnp.int32)[None, :]
-        prompt_valid = idx >= pad[:, None]
-        positions = jnp.maximum(idx - pad[:, None], 0)
-        hidden, kv = model.prefill(prompts, positions, prompt_valid, p)
-        first = model.logits(hidden[:, -1])
+        first, kv, prompt_valid = prefill_left_padded(model, prompts, lens, p)
         slots = (state["step"] - p + jnp.arange(p)) % t  # the P slots before the next write slot
         cache = []
         for (kc, vc), (k, v) in zip(state["cache"], kv, strict=True):

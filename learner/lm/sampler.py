@@ -178,12 +178,7 @@ def _generate_body(
 
     model: Transformer = nnx.merge(graphdef, params)
     u, p = prompt.shape
-    pad = p - prompt_len
-    idx = jnp.arange(p, dtype=jnp.int32)[None, :]
-    prompt_valid = idx >= pad[:, None]
-    positions = jnp.maximum(idx - pad[:, None], 0)
-    hidden, cache = model.prefill(prompt, positions, prompt_valid, cache_len)
-    logits = model.logits(hidden[:, -1])
+    logits, cache, prompt_valid = prefill_left_padded(model, prompt, prompt_len, cache_len)
     if group > 1:  # one prefill per distinct prompt, its cache shared by the group's rows
 
         def rep(x: jax.Array) -> jax.Array:
@@ -200,6 +195,21 @@ def _generate_body(
         max_new=max_new, greedy=greedy, use_top_p=use_top_p, pad_id=pad_id, row_limit=row_limit,
     )
     return out_tok, out_lp, done, n_steps
+
+
+def prefill_left_padded(model: Transformer, prompt: jax.Array, prompt_len: jax.Array,
+                        cache_len: int) -> tuple[jax.Array, Any, jax.Array]:
+    """Prefill prompts left-padded to P (`prompt` [U, P], true lengths `prompt_len` [U]): rotary
+    positions count from each prompt's first token and pad slots are masked. Returns the next
+    token's logits [U, V], the KV cache (length `cache_len`, the prompt in slots 0..P-1) and the
+    prompt's valid mask [U, P]. Call inside jit."""
+    p = prompt.shape[1]
+    pad = p - prompt_len
+    idx = jnp.arange(p, dtype=jnp.int32)[None, :]
+    prompt_valid = idx >= pad[:, None]
+    positions = jnp.maximum(idx - pad[:, None], 0)
+    hidden, cache = model.prefill(prompt, positions, prompt_valid, cache_len)
+    return model.logits(hidden[:, -1]), cache, prompt_valid
 
 
 def decode_loop(
