@@ -254,8 +254,10 @@ class ContinuousSampler(Sampler):
         occupant[rows] = take
         distinct: dict[tuple[int, ...], int] = {}
         which = [distinct.setdefault(tuple(prompts[k]), len(distinct)) for k in take]
+        # Shapes that compile once each: the prefill over a power-of-two count of distinct prompts
+        # (what costs), the scatter always over every row (entries past the refill are dropped).
         u = _pow2_at_least(len(distinct), self.rows)
-        r = _pow2_at_least(len(take), self.rows)
+        r = self.rows
         batch = np.full((u, p), self.pad_id, np.int32)
         lens = np.ones(u, np.int32)
         for pr, j in distinct.items():
