@@ -88,7 +88,7 @@ def bench_rollout(suite: str, seed: int = 0) -> dict[str, Any]:
         continuous=dict(seconds=t_cont, tokens_per_s=useful / t_cont, row_efficiency=engine.stats.row_efficiency,
                         steps=engine.stats.steps, chunks=engine.stats.chunks, refills=engine.stats.refills,
                         prefilled=engine.stats.prefilled),
-        speedup=t_static / t_cont,
+        speedup=t_static / t_cont, fused_prefill=bool(static.fused_prefill),
     )
 
 
@@ -110,7 +110,8 @@ def table(r: dict[str, Any]) -> str:
         f"| static batches | {st['seconds']:.2f} | {st['tokens_per_s']:.0f} | {st['row_efficiency']:.0%} |",
         f"| continuous batching | {ct['seconds']:.2f} | {ct['tokens_per_s']:.0f} | {ct['row_efficiency']:.0%} |",
         "", f"continuous / static speed: {r['speedup']:.2f}x ({ct['chunks']} device calls, {ct['refills']} refills, "
-        f"{ct['prefilled']} prompts prefilled for {r['samples']} samples)",
+        f"{ct['prefilled']} prompts prefilled for {r['samples']} samples); prefill "
+        f"{'fused (cuDNN with row lengths)' if r.get('fused_prefill') else 'masked attention'}",
     ])
 
 

@@ -29,10 +29,14 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=c
     > "$OUT/gpu.csv" 2>&1 || true
 "$PY" -m learner.bench --suite h100 --out-dir "$OUT" 2>&1 | tee "$OUT/learner_bench.log"
 rc=${PIPESTATUS[0]}
+# The fused (cuDNN, row lengths) prefill against the masked one, on this GPU.
+"$PY" -m pytest -q -m gpu tests/learner/test_prefill_attention.py -p no:cacheprovider > "$OUT/prefill_test.log" 2>&1
+echo "fused prefill GPU test exit code $?" >> "$OUT/prefill_test.log"
 # Static batches against continuous batching, one RL step's rollouts (docs/benchmarks.md).
 "$PY" -m learner.bench_rollout --suite 1.5b --out "$OUT/rollout.json" > "$OUT/rollout.md" 2>"$OUT/rollout.log" \
     || echo "bench_rollout exit code $?" >> "$OUT/rollout.md"
 echo "== table ($OUT/suite.md) =="
 cat "$OUT/suite.md" 2>/dev/null
 tail -n 8 "$OUT/rollout.md"
+tail -n 3 "$OUT/prefill_test.log"
 exit "$rc"

@@ -41,9 +41,18 @@ def causal_attention(
     """Causal self-attention over a full sequence. Returns [B, S, H, D] in q.dtype.
 
     key_valid: optional [B, S] bool; keys where it is False are masked (left padding in
-    prefill). Rows with no valid key produce zeros-weighted garbage that callers ignore.
+    prefill). Rows with no valid key produce zeros-weighted garbage that callers ignore. Or
+    [B] int32 row lengths (right padding: keys and queries at or past a row's length are
+    padding, their outputs garbage callers ignore), which cuDNN runs fused, without materialised
+    scores (`learner.lm.sampler.prefill_left_padded`).
     """
     scale = q.shape[-1] ** -0.5
+    if key_valid is not None and key_valid.ndim == 1:
+        if impl == "cudnn":
+            return jax.nn.dot_product_attention(
+                q, k, v, scale=scale, is_causal=True, query_seq_lengths=key_valid,
+                key_value_seq_lengths=key_valid, implementation="cudnn")
+        key_valid = jnp.arange(q.shape[1])[None, :] < key_valid[:, None]
     if impl == "cudnn" and key_valid is None:
         return jax.nn.dot_product_attention(
             q, k, v, scale=scale, is_causal=True, implementation="cudnn"

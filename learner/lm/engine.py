@@ -134,16 +134,17 @@ def _decode_chunk(graphdef: Any, params: Any, state: dict[str, Any], rng: jax.Ar
         return state
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "pad_id", "mesh"), donate_argnames=("state",))
+@functools.partial(jax.jit, static_argnames=("graphdef", "pad_id", "mesh", "fused_prefill"), donate_argnames=("state",))
 def _refill(graphdef: Any, params: Any, state: dict[str, Any], prompts: jax.Array, lens: jax.Array,
-            which: jax.Array, rows: jax.Array, limits: jax.Array, *, pad_id: int, mesh: Any) -> dict[str, Any]:
+            which: jax.Array, rows: jax.Array, limits: jax.Array, *, pad_id: int, mesh: Any,
+            fused_prefill: bool = False) -> dict[str, Any]:
     """Prefill the distinct `prompts` [U, P] (left-padded, true lengths `lens`) and start row
     `rows[r]` on prompt `which[r]` with at most `limits[r]` new tokens; rows[r] = B drops entry r."""
     with activation_mesh(mesh):
         model = nnx.merge(graphdef, params)
         b, t = state["key_valid"].shape
         _, p = prompts.shape
-        first, kv, prompt_valid = prefill_left_padded(model, prompts, lens, p)
+        first, kv, prompt_valid = prefill_left_padded(model, prompts, lens, p, fused_prefill)
         slots = (state["step"] - p + jnp.arange(p)) % t  # the P slots before the next write slot
         cache = []
         for (kc, vc), (k, v) in zip(state["cache"], kv, strict=True):
@@ -273,7 +274,7 @@ class ContinuousSampler(Sampler):
         stats.prefilled += len(distinct)
         return _refill(self.graphdef, self.params, state, jnp.asarray(batch), jnp.asarray(lens),
                        jnp.asarray(which_arr), jnp.asarray(rows_arr), jnp.asarray(limits),
-                       pad_id=self.pad_id, mesh=self.mesh)
+                       pad_id=self.pad_id, mesh=self.mesh, fused_prefill=self.use_fused_prefill())
 
 
 def row_steps_static(lengths: Sequence[int], batch: int) -> int:

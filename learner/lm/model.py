@@ -18,7 +18,7 @@ the decode path keeps one separate [B, K, T, D] cache array per layer for k and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -286,9 +286,14 @@ class Transformer(nnx.Module):
         if cache_len < p:
             raise ValueError(f"cache_len {cache_len} < prompt length {p}")
         hidden, kvs = self.hidden_states(tokens, positions, key_valid, collect_kv=True)
+        return hidden, self.cache_from_kv(kvs, cache_len)
+
+    def cache_from_kv(self, kvs: Sequence[tuple[jax.Array, jax.Array]], cache_len: int) -> KVCache:
+        """Per-layer k/v [B, P, K, D] of a prompt -> caches [B, K, T, D] with it in slots 0..P-1."""
         cdt = self.cfg.jnp_compute_dtype
         cache = []
         for k, v in kvs:
+            b = k.shape[0]
             shape = (b, self.cfg.num_kv_heads, cache_len, self.cfg.head_dim)
             kc = jax.lax.dynamic_update_slice(
                 jnp.zeros(shape, cdt), k.transpose(0, 2, 1, 3).astype(cdt), (0, 0, 0, 0)
@@ -297,7 +302,7 @@ class Transformer(nnx.Module):
                 jnp.zeros(shape, cdt), v.transpose(0, 2, 1, 3).astype(cdt), (0, 0, 0, 0)
             )
             cache.append((constrain(kc, "cache"), constrain(vc, "cache")))
-        return hidden, tuple(cache)
+        return tuple(cache)
 
     def decode_step(
         self,

@@ -141,7 +141,7 @@ def _choose(
 @functools.partial(
     jax.jit,
     static_argnames=("graphdef", "max_new", "cache_len", "greedy", "use_top_p", "pad_id", "mesh",
-                     "group"),
+                     "group", "fused_prefill"),
 )
 def _generate(
     graphdef: Any,
@@ -161,24 +161,27 @@ def _generate(
     mesh: Any = None,
     group: int = 1,
     row_limit: jax.Array | None = None,
+    fused_prefill: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """`prompt` [B/group, P] distinct prompts; rows r*group .. r*group+group-1 continue prompt r."""
     with activation_mesh(mesh):
         return _generate_body(graphdef, params, prompt, prompt_len, rng, eos_ids, temperature,
                               top_p, max_new=max_new, cache_len=cache_len, greedy=greedy,
-                              use_top_p=use_top_p, pad_id=pad_id, group=group, row_limit=row_limit)
+                              use_top_p=use_top_p, pad_id=pad_id, group=group, row_limit=row_limit,
+                              fused_prefill=fused_prefill)
 
 
 def _generate_body(
     graphdef: Any, params: Any, prompt: jax.Array, prompt_len: jax.Array, rng: jax.Array,
     eos_ids: jax.Array, temperature: jax.Array, top_p: jax.Array, *, max_new: int,
     cache_len: int, greedy: bool, use_top_p: bool, pad_id: int, group: int, row_limit: jax.Array | None = None,
+    fused_prefill: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     from learner.lm.sharding import constrain
 
     model: Transformer = nnx.merge(graphdef, params)
     u, p = prompt.shape
-    logits, cache, prompt_valid = prefill_left_padded(model, prompt, prompt_len, cache_len)
+    logits, cache, prompt_valid = prefill_left_padded(model, prompt, prompt_len, cache_len, fused_prefill)
     if group > 1:  # one prefill per distinct prompt, its cache shared by the group's rows
 
         def rep(x: jax.Array) -> jax.Array:
@@ -198,18 +201,37 @@ def _generate_body(
 
 
 def prefill_left_padded(model: Transformer, prompt: jax.Array, prompt_len: jax.Array,
-                        cache_len: int) -> tuple[jax.Array, Any, jax.Array]:
+                        cache_len: int, fused: bool = False) -> tuple[jax.Array, Any, jax.Array]:
     """Prefill prompts left-padded to P (`prompt` [U, P], true lengths `prompt_len` [U]): rotary
     positions count from each prompt's first token and pad slots are masked. Returns the next
-    token's logits [U, V], the KV cache (length `cache_len`, the prompt in slots 0..P-1) and the
-    prompt's valid mask [U, P]. Call inside jit."""
+    token's logits [U, V], the KV cache (length `cache_len`, the prompt in slots 0..P-1, ending at
+    slot P-1) and the prompt's valid mask [U, P]. Call inside jit.
+
+    `fused`: each row is rotated to right padding, attention gets the row lengths (cuDNN runs that
+    fused, with no [U, H, P, P] scores; `learner.lm.attention.causal_attention`), and the keys
+    and values are rotated back: the same cache and logits as the masked path."""
     p = prompt.shape[1]
     pad = p - prompt_len
     idx = jnp.arange(p, dtype=jnp.int32)[None, :]
     prompt_valid = idx >= pad[:, None]
-    positions = jnp.maximum(idx - pad[:, None], 0)
-    hidden, cache = model.prefill(prompt, positions, prompt_valid, cache_len)
-    return model.logits(hidden[:, -1]), cache, prompt_valid
+    if not fused:
+        positions = jnp.maximum(idx - pad[:, None], 0)
+        hidden, cache = model.prefill(prompt, positions, prompt_valid, cache_len)
+        return model.logits(hidden[:, -1]), cache, prompt_valid
+    if cache_len < p:
+        raise ValueError(f"cache_len {cache_len} < prompt length {p}")
+    right = jnp.take_along_axis(prompt, (idx + pad[:, None]) % p, axis=1)  # token j of each prompt at j
+    positions = jnp.broadcast_to(idx, prompt.shape)
+    hidden, kvs = model.hidden_states(right, positions, prompt_len.astype(jnp.int32), collect_kv=True)
+    last = jnp.take_along_axis(hidden, (prompt_len - 1)[:, None, None].astype(jnp.int32), axis=1)[:, 0]
+    back = ((idx - pad[:, None]) % p)[:, :, None, None]  # left-padded slot j <- right-padded j - pad
+    kvs = [(jnp.take_along_axis(k, back, axis=1), jnp.take_along_axis(v, back, axis=1)) for k, v in kvs]
+    return model.logits(last), model.cache_from_kv(kvs, cache_len), prompt_valid
+
+
+def _probe_prefill(graphdef: Any, params: Any, prompt: jax.Array, lens: jax.Array) -> jax.Array:
+    logits, _, _ = prefill_left_padded(nnx.merge(graphdef, params), prompt, lens, prompt.shape[1], fused=True)
+    return logits
 
 
 def decode_loop(
@@ -296,7 +318,26 @@ class Sampler:
         self.bucket_multiple = bucket_multiple
         self.mesh = mesh
         self.rollout_dtype = rollout_dtype or jnp.dtype(model.cfg.jnp_compute_dtype).name
+        self.attention_impl = model.attention_impl
+        self.fused_prefill: bool | None = None  # decided on first use (`use_fused_prefill`)
         self.update_params(params)
+
+    def use_fused_prefill(self) -> bool:
+        """Whether prompts are prefilled fused (`prefill_left_padded(fused=True)`): where the
+        model's attention is cuDNN, once a small probe of that path compiled and ran; otherwise,
+        or if the probe fails (logged), with masked attention over blocks of queries."""
+        if self.fused_prefill is None:
+            self.fused_prefill = False
+            if self.attention_impl == "cudnn":
+                try:
+                    probe = jax.jit(functools.partial(_probe_prefill, self.graphdef))
+                    jax.block_until_ready(probe(self.params, jnp.ones((2, 64), jnp.int32),
+                                                jnp.array([3, 64], jnp.int32)))
+                    self.fused_prefill = True
+                except Exception as err:  # noqa: BLE001 - fall back to the masked path
+                    log.warning("fused prefill unavailable (%s: %s); prompts are prefilled with masked "
+                                "attention", type(err).__name__, str(err).splitlines()[0][:300])
+        return self.fused_prefill
 
     def update_params(self, model_or_params: Any) -> None:
         """Use new weights (same graph) without recompiling: on a mesh, one jitted on-device
@@ -361,6 +402,7 @@ class Sampler:
             mesh=self.mesh,
             group=group,
             row_limit=row_limit,
+            fused_prefill=self.use_fused_prefill(),
         )
         toks, lps, done = (host_local_rows(x, self.mesh) for x in (toks, lps, done))
         generated = None if limits is None else np.minimum(np.asarray(limits, np.int32), cfg.max_new_tokens)
