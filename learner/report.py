@@ -177,6 +177,18 @@ _VERDICT_COLORS = {
 }
 
 
+def speedup_ticks(lo: float, hi: float, most: int = 8) -> list[float]:
+    """Powers of two between `lo` and `hi`, at most `most` of them, always including 1x: every
+    k-th octave when the range spans more than `most`."""
+    first, last = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
+    step = max(1, math.ceil((last - first + 1) / most))
+    return [2.0 ** k for k in range(first, last + 1) if k % step == 0]
+
+
+def _tick_label(t: float) -> str:
+    return f"{t:g}x" if t >= 1 else f"1/{1 / t:g}x"
+
+
 def write_plot(
     speedups: Mapping[str, Sequence[float | None]],
     verdicts: Mapping[str, Sequence[str]],
@@ -197,9 +209,13 @@ def write_plot(
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(12, 4.8), dpi=110)
+    n_labels = max(len(speedups), len(verdicts), 1)
+    legend_rows = math.ceil(n_labels / 2) if n_labels > 4 else n_labels
+    fig = Figure(figsize=(12, 4.4 + 0.2 * legend_rows), dpi=110)
     FigureCanvasAgg(fig)
     ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    if n_labels > 10:  # the default cycle repeats after ten colours
+        ax.set_prop_cycle(color=[matplotlib.colormaps["tab20"](i % 20) for i in range(n_labels)])
     ok_all = [float(s) for v in speedups.values() for s in v if s is not None]
     lo = min([*ok_all, 1.0]) / 1.5
     hi = max([*ok_all, 1.0]) * 1.5
@@ -215,9 +231,9 @@ def write_plot(
         ax.step(xs, ys, where="post", linewidth=2,
                 label=f"{label}: {ok.size}/{n} OK, {np.count_nonzero(ok > 1.0)} > 1x")
     ax.set_xscale("log", base=2)
-    ticks = [2.0 ** k for k in range(math.floor(math.log2(lo)), math.ceil(math.log2(hi)) + 1)]
+    ticks = speedup_ticks(lo, hi)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.set_xticklabels([f"{t:g}x" for t in ticks])
+    ax.set_xticklabels([_tick_label(t) for t in ticks])
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(lo, hi)
@@ -227,8 +243,9 @@ def write_plot(
     ax.set_ylabel("share of samples at or below (failures count as 0)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    if speedups:
-        ax.legend(loc="lower right", fontsize=8)
+    if speedups:  # below both panels, across the figure: inside, many labels would hide the curves
+        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2 if n_labels > 4 else 1,
+                   fontsize=7.5, frameon=False)
     else:
         ax.text(0.5, 0.5, "no samples", transform=ax.transAxes, ha="center", color="gray")
 
@@ -245,10 +262,10 @@ def write_plot(
     bx.set_xlabel("samples")
     bx.set_title("verdicts")
     if names:
-        bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=7, frameon=False)
+        bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=7, frameon=False)
     else:
         bx.text(0.5, 0.5, "no verdicts", transform=bx.transAxes, ha="center", color="gray")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.2 * legend_rows / (legend_rows + 4) + 0.02, 1, 1) if speedups else None)
     fig.savefig(path, format="png")
     return path
 
