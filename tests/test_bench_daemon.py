@@ -24,12 +24,23 @@ def test_summary_counts_and_percentiles():
              "verdict": "OK" if i % 2 else "INCORRECT", "build_s": 0.0} for i in range(1, 11)]
     sampler = Sampler.__new__(Sampler)
     sampler.queue, sampler.util = [(0.0, 3, 1), (1.0, 7, 1)], []
+    sampler.util_per_gpu, sampler.slots, sampler.gpu_model = [], 2, "cpu"
     s = summarise(rows, 60.0, sampler, [{"task": "L1/1", "variant": "v", "speedups": [2.0, 2.2], "cv": 0.0476}], "cpu")
     assert s["candidates_per_minute"] == 10.0 and s["latency_s_median"] in (5.0, 6.0) and s["latency_s_p95"] == 10.0
     assert s["evaluation_s_median"] in (7.0, 8.0) and s["phase_s_median"]["timing"] == 0.5
     assert s["verdicts"] == {"OK": 5, "INCORRECT": 5} and s["queue_depth_max"] == 7 and s["gpu_busy_fraction"] is None
+    assert s["candidates_per_minute_per_slot"] == 5.0 and s["slots"] == 2 and s["gpu_busy_fraction_per_gpu"] == []
     text = markdown(s)
-    assert "| 10.00 |" in text and "4.76%" in text
+    assert "| 10.00 | 5.00 |" in text and "4.76%" in text and "Slots: 2" in text
+
+
+def test_gpu_busy_is_the_mean_over_the_hosts_gpus():
+    sampler = Sampler.__new__(Sampler)
+    sampler.queue, sampler.util = [], [50.0, 100.0]
+    sampler.util_per_gpu, sampler.slots, sampler.gpu_model = [[0.0, 100.0], [100.0, 100.0]], 2, "NVIDIA H100 80GB HBM3"
+    s = summarise([], 60.0, sampler, [], "cuda")
+    assert s["gpu_busy_fraction"] == 0.75 and s["gpu_busy_fraction_per_gpu"] == [0.5, 1.0]
+    assert "GPU busy per GPU: 50%, 100%" in markdown(s) and "NVIDIA H100 80GB HBM3" in markdown(s)
 
 
 @pytest.mark.long
