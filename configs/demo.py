@@ -14,11 +14,13 @@ says, per stage, whether the mean speedup (failures as 0) moved beyond its boots
 and which programs the policy emits. It writes runs/demo/report.{txt,md,json,png}. With a GPU
 the same command scores on it. Kill it at any point and run the same command again: it resumes.
 
-Expected (2 CPU cores, 2026-11-25, docs/experiments.md): ~12 minutes. After SFT the plain
-prompt yields the four programs about equally often; contrastive RL roughly doubles the fast
-program's share (20% -> 40% plain, 13% -> 53% with exemplars) and raises the mean speedup by
-~+0.9x with a 95% interval above 0; on the held-out task the exemplar prompt does not help at
-this scale, and the report says one task gives no interval.
+Expected (2 CPU cores, docs/experiments.md): ~12 minutes. After SFT the plain prompt yields the
+four programs about equally often. What RL does in one run varies with the CPU's timing of the
+rewards: on 2026-11-25 contrastive RL doubled the fast program's share (20% -> 40% plain,
+13% -> 53% with exemplars) and raised the mean speedup by ~+0.9x with a 95% interval above 0; in
+a fresh clone on 2026-11-26 neither later stage moved the mean measurably, which the report
+says. On the held-out task the exemplar prompt does not help at this scale, and the report says
+one task gives no interval. The 3-seed `learner experiment` is the measurement of the method.
 """
 
 from __future__ import annotations
