@@ -298,6 +298,28 @@ def parity_mesh_config(n: int) -> Any:
     return MeshConfig(data=data, fsdp=-1, tensor=tensor)
 
 
+def compare_updates(init: Sequence[Any], single: Sequence[Any], sharded: Sequence[Any],
+                    tol: float = 1e-3) -> tuple[float, float]:
+    """Each weight's update on the sharded layout against the one-device update, in norm:
+    ||sharded - single|| < tol * ||single - init|| per weight (AssertionError naming the weight
+    otherwise). Returns (largest element difference, largest norm ratio).
+
+    Not element by element: AdamW moves a weight whose gradient is near its eps by a fraction of
+    lr that depends on that tiny gradient's reduction order, so single elements of two correct
+    layouts can differ by a good part of one step (0.14 x lr seen on an H100), while a layout that
+    computes wrong gradients differs in the update as a whole."""
+    import numpy as np
+
+    worst, worst_ratio = 0.0, 0.0
+    for i, (a0, a, b) in enumerate(zip(init, single, sharded, strict=True)):
+        a0, a, b = (np.asarray(x, np.float64) for x in (a0, a, b))
+        ratio = float(np.linalg.norm(b - a) / max(float(np.linalg.norm(a - a0)), 1e-12))
+        assert ratio < tol, f"weight {i} {a.shape}: the sharded update differs from the one-device update by " \
+                            f"{ratio:.2e} of its norm (at most {tol:g})"
+        worst, worst_ratio = max(worst, float(np.max(np.abs(b - a)))), max(worst_ratio, ratio)
+    return worst, worst_ratio
+
+
 def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
     """Two micro-batched training steps and greedy generation (with and without a shared prefill)
     on a sharded mesh of `devices` against one device: losses, gradient norms and weights within
@@ -336,6 +358,7 @@ def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"devices": len(devices), "mesh": dataclasses.asdict(mesh_cfg)}
     with jax.default_matmul_precision("highest"):  # no TF32 on GPUs: layouts differ in order only
         s1, sn = state(single), state(sharded)
+        init = [np.asarray(x) for x in jax.tree.leaves(s1.params)]
         b1, bn = shard_batch(host, single), shard_batch(host, sharded)
         for i in range(2):
             s1, m1 = train_step(s1, b1, loss, 1)
@@ -344,13 +367,9 @@ def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
             np.testing.assert_allclose(float(mn["grad_norm"]), float(m1["grad_norm"]), rtol=1e-4)
             report[f"step{i}"] = {"loss": [float(m1["loss"]), float(mn["loss"])],
                                   "grad_norm": [float(m1["grad_norm"]), float(mn["grad_norm"])]}
-        worst = 0.0
-        for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(sn.params), strict=True):
-            # Adam moves a weight whose gradient is near zero by up to lr times the sign of a value
-            # that the two layouts reduce in different orders: atol is a tenth of one step (lr 1e-3).
-            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-4)
-            worst = max(worst, float(np.max(np.abs(np.asarray(b) - np.asarray(a)))))
-        report["max_weight_diff"] = worst
+        report["max_weight_diff"], report["max_update_diff_ratio"] = compare_updates(
+            init, [np.asarray(x) for x in jax.tree.leaves(s1.params)],
+            [np.asarray(x) for x in jax.tree.leaves(sn.params)])
         prompts = [[5, 6, 7, 8], [9, 10, 11]] * 8
         sc = SamplingConfig(max_new_tokens=12, temperature=0.0)
         m1, mn = state(single).model, state(sharded).model  # same init, two layouts

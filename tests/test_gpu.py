@@ -142,3 +142,15 @@ def test_builtin_cuda_variants_pass_static_and_symbol_guards():
             checked += 1
     assert problems == []
     assert checked >= 6
+
+
+def test_a_candidate_scores_on_the_second_gpu(relu_task, data_dir, build_pool):
+    """A judge on cuda:1 hands its arenas to workers that see that GPU alone, as cuda:0: the CUDA
+    IPC handles are renumbered (a multi-GPU daemon's every slot but the first failed without it)."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    r = _score(relu_task, data_dir, "cand_cuda_relu.py", build_pool, device="cuda:1")
+    assert r.verdict is Verdict.OK, r.detail
+    assert r.evidence.device_name == torch.cuda.get_device_name(1)

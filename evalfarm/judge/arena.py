@@ -117,12 +117,15 @@ class Arena:
             return {"kind": "memfd", "fd": self.fd, "nbytes": self.capacity}
         from torch.multiprocessing.reductions import reduce_tensor
 
-        return {"kind": "cuda", "reduced": reduce_tensor(self.buffer), "nbytes": self.capacity}
+        return {"kind": "cuda", "reduced": reduce_tensor(self.buffer), "nbytes": self.capacity,
+                "device_index": self.buffer.device.index}
 
     @classmethod
-    def attach(cls, handle: dict[str, Any]) -> Arena:
+    def attach(cls, handle: dict[str, Any], device: Any = None) -> Arena:
         """Map an arena in the worker. A memfd's descriptor is closed once mapped: the mapping is all
-        the worker keeps, so its code cannot resize (sealed anyway) or hand on the file."""
+        the worker keeps, so its code cannot resize (sealed anyway) or hand on the file. A CUDA
+        arena opens on ``device``, the worker's own index of the GPU: a worker sees its one GPU as
+        cuda:0 while the judge may know it as cuda:1 (see ``cuda_handle_for``)."""
         if handle["kind"] == "memfd":
             fd, nbytes = int(handle["fd"]), int(handle["nbytes"])
             if os.fstat(fd).st_size != nbytes:
@@ -130,7 +133,7 @@ class Arena:
             buf = _map(fd, nbytes)
             os.close(fd)
             return cls(buf)
-        rebuild, args = handle["reduced"]
+        rebuild, args = cuda_handle_for(handle, device)
         return cls(rebuild(*args))
 
     def reset(self) -> None:
@@ -167,6 +170,29 @@ class Arena:
             os.close(self.fd)
             self.fd = None
             self._owns_fd = False
+
+
+# Where torch.multiprocessing.reductions.reduce_tensor puts the storage's device index among
+# rebuild_cuda_tensor's arguments (type, size, stride, offset, storage type, dtype, device, ...).
+_REBUILD_DEVICE_ARG = 6
+
+
+def cuda_handle_for(handle: dict[str, Any], device: Any) -> tuple[Any, tuple[Any, ...]]:
+    """A CUDA arena's (rebuild, args) with the GPU renumbered to ``device`` (an index, a
+    ``torch.device`` or None for as-is). The judge exports the arena under its own numbering of
+    the host's GPUs; the worker sees only its GPU, as cuda:0, so rebuilding with the judge's index
+    fails on every GPU but the first ("invalid device ordinal"). ValueError when torch's argument
+    layout is not the one this expects (a torch upgrade), rather than opening the wrong device."""
+    rebuild, args = handle["reduced"]
+    index = getattr(device, "index", device)
+    if index is None or "device_index" not in handle:
+        return rebuild, tuple(args)
+    args = list(args)
+    if len(args) <= _REBUILD_DEVICE_ARG or args[_REBUILD_DEVICE_ARG] != handle["device_index"]:
+        raise ValueError(f"this torch's CUDA IPC handle has no device index at argument {_REBUILD_DEVICE_ARG} "
+                         f"(expected {handle['device_index']!r}): the arena cannot be renumbered for the worker")
+    args[_REBUILD_DEVICE_ARG] = int(index)
+    return rebuild, tuple(args)
 
 
 def _private_cuda_buffer(nbytes: int, device: str) -> tuple[torch.Tensor, None, Any]:

@@ -200,8 +200,8 @@ class Worker:
         self.isolation.append(poison_note)
         set_clean_state(init["num_threads"])
         torch.set_grad_enabled(False)
-        self.in_arena = Arena.attach(init["in_arena"])
-        self.out_arena = Arena.attach(init["out_arena"])
+        self.in_arena = Arena.attach(init["in_arena"], device)
+        self.out_arena = Arena.attach(init["out_arena"], device)
         try:
             dropped = _drop_privileges(init)  # the set-up that needs root is done
             if any(n.startswith("process limit") for n in dropped):  # the cap binds now: the earlier

@@ -107,4 +107,25 @@ def test_parity_command_passes_on_four_simulated_devices() -> None:
     out = _cli(["parity", "--devices", "all"], devices=4).stdout
     report = json.loads(next(x for x in out.splitlines() if x.startswith("PARITY "))[len("PARITY "):])
     assert report["devices"] == 4 and report["mesh"]["data"] == 2 and report["generation"] == "equal"
-    assert report["max_weight_diff"] < 1e-4
+    assert report["max_weight_diff"] < 1e-4 and report["max_update_diff_ratio"] < 1e-3
+
+
+def test_compare_updates_passes_reduction_noise_and_fails_a_wrong_update() -> None:
+    import numpy as np
+
+    from learner.bench_scaling import compare_updates
+
+    rng = np.random.default_rng(0)
+    init = [rng.normal(size=(256, 256)), rng.normal(size=(64,))]
+    lr = 1e-3
+    single = [w - lr * np.sign(rng.normal(size=w.shape)) for w in init]  # Adam-like steps of lr
+    noisy = [w.copy() for w in single]
+    noisy[0][253, 113] += 0.14 * lr  # one near-eps weight moved differently (as seen on an H100)
+    worst, ratio = compare_updates(init, single, noisy)
+    assert worst == pytest.approx(0.14 * lr) and ratio < 1e-3
+    halved = [single[0], init[1] + 0.5 * (single[1] - init[1])]  # half of one weight's update applied
+    with pytest.raises(AssertionError, match=r"weight 1 \(64,\)"):
+        compare_updates(init, single, halved)
+    shuffled = [init[0] + rng.permutation(single[0] - init[0]), single[1]]  # rows of the update permuted
+    with pytest.raises(AssertionError, match="weight 0"):
+        compare_updates(init, single, shuffled)
