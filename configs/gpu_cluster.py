@@ -46,6 +46,9 @@ def get_config():
     c.sampling.max_new_tokens = 3072
     c.sampling.temperature = 1.0
     c.sampling.batch_size = 64
+    # Refill each row as its completion ends: 1.26x the static batches' rollout speed on an H100
+    # (docs/benchmarks.md, "Rollout: static batches or continuous batching"). One process only.
+    c.sampling.engine = "continuous"
     c.sft.steps = 300
     c.sft.batch_size = 32
     c.sft.learning_rate = 1e-5

@@ -299,7 +299,7 @@ def parity_mesh_config(n: int) -> Any:
 
 
 def compare_updates(init: Sequence[Any], single: Sequence[Any], sharded: Sequence[Any],
-                    tol: float = 1e-3) -> tuple[float, float]:
+                    tol: float = 1e-2) -> tuple[float, float]:
     """Each weight's update on the sharded layout against the one-device update, in norm:
     ||sharded - single|| < tol * ||single - init|| per weight (AssertionError naming the weight
     otherwise). Returns (largest element difference, largest norm ratio).
