@@ -57,6 +57,9 @@ def base_config() -> ml_collections.ConfigDict:
     # one process only). docs/benchmarks.md, "Rollout: static or continuous", says which paid.
     c.sampling.engine = "static"
     c.sampling.engine_chunk = 64  # continuous: decode steps per device call at most
+    # Decode steps between two checks of "every row done?" (on a GPU each check is a device-to-host
+    # round trip that drains the queue; learner.lm.sampler.unrolled_body). Same tokens for any value.
+    c.sampling.steps_per_check = 1
 
     c.train = ml_collections.ConfigDict()  # how updates run on the mesh (learner.scale)
     c.train.micro_batch_tokens = 0  # tokens per micro-batch over the whole mesh; 0 = one pass

@@ -55,7 +55,7 @@ def _timed(fn: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def bench_rollout(suite: str, seed: int = 0) -> dict[str, Any]:
+def bench_rollout(suite: str, seed: int = 0, steps_per_check: int = 1) -> dict[str, Any]:
     from learner.bench import _suite_model
 
     s = SUITES[suite]
@@ -69,14 +69,15 @@ def bench_rollout(suite: str, seed: int = 0) -> dict[str, Any]:
     sc = SamplingConfig(max_new_tokens=s["max_new"], temperature=1.0, eos_ids=(-1,))
     key = jax.random.PRNGKey(seed)
     b, g = s["rows"], s["group"]
-    static = Sampler(model, mesh=mesh, min_bucket=64)
+    static = Sampler(model, mesh=mesh, min_bucket=64, steps_per_check=steps_per_check)
 
     def run_static() -> Any:
         outs = [static.generate(rows[i:i + b], sc, jax.random.fold_in(key, i), group=g if b % g == 0 else 1,
                                 limits=caps[i:i + b]) for i in range(0, len(rows), b)]
         return _Concat(outs)
 
-    engine = ContinuousSampler(model, rows=b, chunk=s["chunk"], mesh=mesh, min_bucket=64)
+    engine = ContinuousSampler(model, rows=b, chunk=s["chunk"], mesh=mesh, min_bucket=64,
+                               steps_per_check=steps_per_check)
     res_s, t_static = _timed(run_static)
     res_c, t_cont = _timed(lambda: engine.generate(rows, sc, key, limits=caps))
     useful = int(sum(caps))
@@ -88,7 +89,7 @@ def bench_rollout(suite: str, seed: int = 0) -> dict[str, Any]:
         continuous=dict(seconds=t_cont, tokens_per_s=useful / t_cont, row_efficiency=engine.stats.row_efficiency,
                         steps=engine.stats.steps, chunks=engine.stats.chunks, refills=engine.stats.refills,
                         prefilled=engine.stats.prefilled),
-        speedup=t_static / t_cont, fused_prefill=bool(static.fused_prefill),
+        speedup=t_static / t_cont, fused_prefill=bool(static.fused_prefill), steps_per_check=steps_per_check,
     )
 
 
@@ -111,7 +112,8 @@ def table(r: dict[str, Any]) -> str:
         f"| continuous batching | {ct['seconds']:.2f} | {ct['tokens_per_s']:.0f} | {ct['row_efficiency']:.0%} |",
         "", f"continuous / static speed: {r['speedup']:.2f}x ({ct['chunks']} device calls, {ct['refills']} refills, "
         f"{ct['prefilled']} prompts prefilled for {r['samples']} samples); prefill "
-        f"{'fused (cuDNN with row lengths)' if r.get('fused_prefill') else 'masked attention'}",
+        f"{'fused (cuDNN with row lengths)' if r.get('fused_prefill') else 'masked attention'}; "
+        f"{r.get('steps_per_check', 1)} decode step(s) per check of the loop's condition",
     ])
 
 
@@ -121,9 +123,13 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--suite", choices=sorted(SUITES), default="tiny")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps-per-check", type=int, default=1,
+                   help="decode steps between two checks of the loop's condition (sampling.steps_per_check)")
     p.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     args = p.parse_args(argv)
-    r = bench_rollout(args.suite, args.seed)
+    if args.steps_per_check < 1:
+        p.error("--steps-per-check must be >= 1")
+    r = bench_rollout(args.suite, args.seed, args.steps_per_check)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(r, indent=2))

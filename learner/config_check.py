@@ -43,6 +43,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
 LISTS: dict[str, tuple[str, ...]] = {"stages": STAGES, "eval.prompts": EVAL_FORMS}
 
 POSITIVE_INTS = ("max_seq_len", "sampling.max_new_tokens", "sampling.batch_size", "sampling.engine_chunk",
+                 "sampling.steps_per_check",
                  "sft.batch_size",
                  "selfsup.samples_per_task", "selfsup.batch_size", "selfsup.passes", "rl.tasks_per_step",
                  "rl.group_size", "eval.samples_per_task", "farm.local_daemons", "farm.local_slots",

@@ -553,8 +553,10 @@ def _sampler(run: Run, params: Any) -> Sampler:
         if jax.process_count() > 1:
             raise TrainConfigError("sampling.engine=continuous runs in one process; use static in multi-host runs")
         return ContinuousSampler(model, rows=int(s.batch_size), chunk=int(s.get("engine_chunk", 64)),
-                                 pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh)
-    return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh)
+                                 pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
+                                 steps_per_check=int(s.get("steps_per_check", 1)))
+    return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
+                   steps_per_check=int(s.get("steps_per_check", 1)))
 
 
 @dataclasses.dataclass

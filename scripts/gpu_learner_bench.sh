@@ -5,7 +5,8 @@
 #      (8 prompts x 2k tokens, 2k-token responses, micro-batched; rollout / reference / update
 #      seconds, rollout tokens/s, peak memory), decode at batch 256 / context 4k against the
 #      measured-bandwidth HBM bound, and training MFU at sequence 4096 with micro-batching;
-#   3. `learner.bench_rollout --suite 1.5b`: static batches against continuous batching.
+#   3. `learner.bench_rollout --suite 1.5b`: static batches against continuous batching, with the
+#      decode loop's condition checked every step and every 8 steps (sampling.steps_per_check).
 # Logs, suite.json and suite.md (the table) go to $OUT (default ./bench-out). About 5-8 minutes
 # on one H100; no network.
 #
@@ -35,8 +36,12 @@ echo "fused prefill GPU test exit code $?" >> "$OUT/prefill_test.log"
 # Static batches against continuous batching, one RL step's rollouts (docs/benchmarks.md).
 "$PY" -m learner.bench_rollout --suite 1.5b --out "$OUT/rollout.json" > "$OUT/rollout.md" 2>"$OUT/rollout.log" \
     || echo "bench_rollout exit code $?" >> "$OUT/rollout.md"
+# The same with the decode loop's condition checked every 8 steps (sampling.steps_per_check).
+"$PY" -m learner.bench_rollout --suite 1.5b --steps-per-check 8 --out "$OUT/rollout_check8.json" \
+    > "$OUT/rollout_check8.md" 2>>"$OUT/rollout.log" || echo "bench_rollout exit code $?" >> "$OUT/rollout_check8.md"
 echo "== table ($OUT/suite.md) =="
 cat "$OUT/suite.md" 2>/dev/null
 tail -n 8 "$OUT/rollout.md"
+tail -n 6 "$OUT/rollout_check8.md"
 tail -n 3 "$OUT/prefill_test.log"
 exit "$rc"

@@ -43,6 +43,8 @@ from learner.lm.sampler import (
     SamplingConfig,
     _choose,
     prefill_left_padded,
+    steps_between_checks,
+    unrolled_body,
 )
 from learner.lm.sharding import activation_mesh, constrain
 
@@ -93,12 +95,14 @@ def _init_state(*, rows: int, cache_len: int, max_new: int, vocab: int, num_laye
         }
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "chunk", "greedy", "use_top_p", "pad_id", "mesh"),
+@functools.partial(jax.jit, static_argnames=("graphdef", "chunk", "greedy", "use_top_p", "pad_id", "mesh",
+                                             "steps_per_check"),
                    donate_argnames=("state",))
 def _decode_chunk(graphdef: Any, params: Any, state: dict[str, Any], rng: jax.Array, eos_ids: jax.Array,
                   temperature: jax.Array, top_p: jax.Array, stop_at_done: jax.Array, *, chunk: int,
-                  greedy: bool, use_top_p: bool, pad_id: int, mesh: Any) -> dict[str, Any]:
-    """Up to `chunk` decode steps over every row; stops early once `stop_at_done` rows are done."""
+                  greedy: bool, use_top_p: bool, pad_id: int, mesh: Any, steps_per_check: int = 1) -> dict[str, Any]:
+    """Up to `chunk` decode steps over every row; stops early once `stop_at_done` rows are done,
+    checked every `steps_per_check` steps (a divisor of `chunk`; `sampler.unrolled_body`)."""
     with activation_mesh(mesh):
         model = nnx.merge(graphdef, params)
         b, t = state["key_valid"].shape
@@ -130,7 +134,8 @@ def _decode_chunk(graphdef: Any, params: Any, state: dict[str, Any], rng: jax.Ar
                 "gen": gen, "limit": s["limit"], "done": done, "out_tok": out_tok, "out_lp": out_lp, "step": i + 1,
             }
 
-        _, state = jax.lax.while_loop(cond, body, (jnp.int32(0), state))
+        k = steps_between_checks(chunk, steps_per_check)
+        _, state = jax.lax.while_loop(cond, unrolled_body(body, k), (jnp.int32(0), state))
         return state
 
 
@@ -224,7 +229,7 @@ class ContinuousSampler(Sampler):
             stop_at = min(self.refill_batch, len(queue)) if queue else b
             state = _decode_chunk(self.graphdef, self.params, state, rng, eos, temp, top_p, jnp.int32(stop_at),
                                   chunk=self.chunk if queue else max_new, greedy=greedy, use_top_p=use_top_p,
-                                  pad_id=self.pad_id, mesh=self.mesh)
+                                  pad_id=self.pad_id, mesh=self.mesh, steps_per_check=self.steps_per_check)
             stats.chunks += 1
             done, gen = (np.asarray(x) for x in jax.device_get((state["done"], state["gen"])))
             ended = np.flatnonzero(done & (occupant >= 0))

@@ -141,7 +141,7 @@ def _choose(
 @functools.partial(
     jax.jit,
     static_argnames=("graphdef", "max_new", "cache_len", "greedy", "use_top_p", "pad_id", "mesh",
-                     "group", "fused_prefill"),
+                     "group", "fused_prefill", "steps_per_check"),
 )
 def _generate(
     graphdef: Any,
@@ -162,20 +162,21 @@ def _generate(
     group: int = 1,
     row_limit: jax.Array | None = None,
     fused_prefill: bool = False,
+    steps_per_check: int = 1,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """`prompt` [B/group, P] distinct prompts; rows r*group .. r*group+group-1 continue prompt r."""
     with activation_mesh(mesh):
         return _generate_body(graphdef, params, prompt, prompt_len, rng, eos_ids, temperature,
                               top_p, max_new=max_new, cache_len=cache_len, greedy=greedy,
                               use_top_p=use_top_p, pad_id=pad_id, group=group, row_limit=row_limit,
-                              fused_prefill=fused_prefill)
+                              fused_prefill=fused_prefill, steps_per_check=steps_per_check)
 
 
 def _generate_body(
     graphdef: Any, params: Any, prompt: jax.Array, prompt_len: jax.Array, rng: jax.Array,
     eos_ids: jax.Array, temperature: jax.Array, top_p: jax.Array, *, max_new: int,
     cache_len: int, greedy: bool, use_top_p: bool, pad_id: int, group: int, row_limit: jax.Array | None = None,
-    fused_prefill: bool = False,
+    fused_prefill: bool = False, steps_per_check: int = 1,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     from learner.lm.sharding import constrain
 
@@ -196,6 +197,7 @@ def _generate_body(
     out_tok, out_lp, done, n_steps, _ = decode_loop(
         model, logits, cache, key_valid, p, prompt_len, rng, eos_ids, temperature, top_p,
         max_new=max_new, greedy=greedy, use_top_p=use_top_p, pad_id=pad_id, row_limit=row_limit,
+        steps_per_check=steps_per_check,
     )
     return out_tok, out_lp, done, n_steps
 
@@ -251,9 +253,12 @@ def decode_loop(
     use_top_p: bool,
     pad_id: int,
     row_limit: jax.Array | None = None,
+    steps_per_check: int = 1,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, Any]:
     """Device-side sampling loop (call inside jit); `row_limit` [B]: a row stops after that many
     tokens (default max_new; `done` then stays False for it, as for any row that hit the cap).
+    `steps_per_check`: decode steps between two checks of whether every row is done (see
+    `unrolled_body`); the tokens are the same for any value, the step count may round up.
 
     logits [B, V]: next-token logits after the prompt; cache: per-layer (k, v) [B, K, T, D];
     key_valid [B, T]; token i is written to cache slot start_slot + i with rotary position
@@ -288,8 +293,28 @@ def decode_loop(
         return i + 1, logits, cache, key_valid, (out_tok, out_lp), done
 
     carry = (jnp.int32(0), logits, cache, key_valid, (out_tok, out_lp), done)
-    n_steps, _, cache, _, (out_tok, out_lp), done = jax.lax.while_loop(cond, body, carry)
+    n_steps, _, cache, _, (out_tok, out_lp), done = jax.lax.while_loop(
+        cond, unrolled_body(body, steps_between_checks(max_new, steps_per_check)), carry)
     return out_tok, out_lp, done, n_steps, cache
+
+
+def steps_between_checks(total: int, wanted: int) -> int:
+    """The largest divisor of `total` steps that is at most `wanted` (so a loop that checks its
+    condition every that many steps never runs past `total`)."""
+    if wanted < 1:
+        raise ValueError(f"steps_per_check must be >= 1, got {wanted}")
+    return max(d for d in range(1, min(wanted, total) + 1) if total % d == 0) if total >= 1 else 1
+
+
+def unrolled_body(step: Any, k: int) -> Any:
+    """A `lax.while_loop` body that runs `step` k times. On a GPU, XLA evaluates a while loop's
+    condition on the device and copies it to the host before every iteration, so each decode
+    step would drain the GPU's queue while the host launches the next step's kernels; an inner
+    loop of k steps has a trip count XLA knows and runs without that round trip. Steps taken
+    after every row stopped write pads (rows are masked), so only the step count changes."""
+    if k == 1:
+        return step
+    return lambda carry: jax.lax.fori_loop(0, k, lambda _, c: step(c), carry)
 
 
 class Sampler:
@@ -306,10 +331,16 @@ class Sampler:
         bucket_multiple: int = 512,
         mesh: jax.sharding.Mesh | None = None,
         rollout_dtype: str | None = None,
+        steps_per_check: int = 1,
     ):
         """`mesh`: decode on it from a copy laid out by `ROLLOUT_RULES` (None: weights stay
         where they are). Weight matrices of the copy are stored in `rollout_dtype` (default:
-        the model's compute dtype, e.g. bf16 for fp32 params with bf16 compute)."""
+        the model's compute dtype, e.g. bf16 for fp32 params with bf16 compute).
+        `steps_per_check`: decode steps run between two checks of whether every row is done (a
+        device-to-host round trip each on a GPU; `unrolled_body`). Same tokens for any value."""
+        if steps_per_check < 1:
+            raise SamplerError(f"steps_per_check must be >= 1, got {steps_per_check}")
+        self.steps_per_check = int(steps_per_check)
         self.graphdef, params = nnx.split(model)
         self.pad_id = pad_id
         self.prompt_buckets = tuple(prompt_buckets) if prompt_buckets else None
@@ -403,6 +434,7 @@ class Sampler:
             group=group,
             row_limit=row_limit,
             fused_prefill=self.use_fused_prefill(),
+            steps_per_check=self.steps_per_check,
         )
         toks, lps, done = (host_local_rows(x, self.mesh) for x in (toks, lps, done))
         generated = None if limits is None else np.minimum(np.asarray(limits, np.int32), cfg.max_new_tokens)

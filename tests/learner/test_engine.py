@@ -151,3 +151,38 @@ def test_rollout_benchmark_runs_both_samplers_on_the_same_samples() -> None:
     assert r["continuous"]["row_efficiency"] > r["static"]["row_efficiency"]
     assert r["continuous"]["prefilled"] < r["samples"]  # equal prompts refilled together share one prefill
     assert "| continuous batching |" in table(r)
+
+
+def test_steps_between_checks_divides_the_steps() -> None:
+    from learner.lm.sampler import steps_between_checks
+
+    assert steps_between_checks(2048, 8) == 8
+    assert steps_between_checks(12, 8) == 6 and steps_between_checks(13, 8) == 1
+    assert steps_between_checks(3, 8) == 3 and steps_between_checks(12, 1) == 1
+    with pytest.raises(ValueError, match=">= 1"):
+        steps_between_checks(12, 0)
+    with pytest.raises(SamplerError, match=">= 1"):
+        Sampler(Transformer(CFG, rngs=nnx.Rngs(0)), steps_per_check=0)
+
+
+@pytest.mark.parametrize("k", [3, 8])
+def test_checking_every_k_steps_gives_the_same_completions(model: Transformer, k: int) -> None:
+    """Greedy with an EOS that ends some rows early, sampled with per-row caps, and continuous
+    batching: the same tokens and log-probs whether the loop checks every step or every k."""
+    first = Sampler(model).generate(PROMPTS, SamplingConfig(max_new_tokens=12, temperature=0.0), jax.random.PRNGKey(0))
+    eos = int(first.tokens[1, 3])
+    greedy = SamplingConfig(max_new_tokens=12, temperature=0.0, eos_ids=(eos,))
+    sampled = SamplingConfig(max_new_tokens=12, temperature=1.0)
+    caps = [1, 12, 4, 7, 2, 12, 3]
+    for sc, limits in ((greedy, None), (sampled, caps)):
+        want = Sampler(model).generate(PROMPTS, sc, jax.random.PRNGKey(7), limits=limits)
+        got = Sampler(model, steps_per_check=k).generate(PROMPTS, sc, jax.random.PRNGKey(7), limits=limits)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=1e-5, atol=1e-6)
+        assert got.finish_reasons == want.finish_reasons and got.lengths.tolist() == want.lengths.tolist()
+    want = ContinuousSampler(model, rows=2, chunk=4, refill_batch=1).generate(PROMPTS, greedy, jax.random.PRNGKey(0))
+    eng = ContinuousSampler(model, rows=2, chunk=4, refill_batch=1, steps_per_check=k)
+    got = eng.generate(PROMPTS, greedy, jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    assert got.finish_reasons == want.finish_reasons and got.lengths.tolist() == want.lengths.tolist()
+    assert eng.stats.refills > 1
