@@ -87,15 +87,16 @@ def timed_rl_step(state: Any, ref: Any, sampler: Sampler, distinct: np.ndarray, 
 
 def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int, max_new: int,
                   micro_batch_tokens: int, steps: int = 2, seed: int = 0,
-                  devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
-    """`devices`: the mesh's devices (default: all), every one on the fsdp axis."""
+                  devices: Sequence[jax.Device] | None = None, steps_per_check: int = 1) -> dict[str, Any]:
+    """`devices`: the mesh's devices (default: all), every one on the fsdp axis; `steps_per_check`:
+    the sampler's decode steps per check of its loop condition (`sampling.steps_per_check`)."""
     mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1), devices)
     model = create_sharded_model(lambda: Transformer(cfg, rngs=nnx.Rngs(seed)), mesh)
     tx = make_optimizer(OptimizerConfig(learning_rate=1e-6, grad_clip_norm=1.0))
     state = create_train_state(model, tx, mesh=mesh)
     del model
     ref = reference_copy(state.params, jnp.dtype(cfg.jnp_compute_dtype).name)
-    sampler = Sampler(state.model, mesh=mesh, min_bucket=64)
+    sampler = Sampler(state.model, mesh=mesh, min_bucket=64, steps_per_check=steps_per_check)
     loss_fn = make_grpo_loss(GRPOConfig(kl_coef=0.04))
     rng = np.random.default_rng(seed)
     sc = SamplingConfig(max_new_tokens=max_new, temperature=1.0)
@@ -108,7 +109,7 @@ def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int
     last = runs[-1]
     return dict(
         prompts=prompts, group=group, prompt_len=prompt_len, max_new=max_new,
-        micro_batch_tokens=micro_batch_tokens,
+        micro_batch_tokens=micro_batch_tokens, steps_per_check=steps_per_check,
         micro_batches=micro_batches_for({"tokens": np.zeros((prompts * group, prompt_len + max_new))},
                                         mesh, micro_batch_tokens),
         rollout_tokens_per_s=last["new_tokens"] / last["rollout_s"],

@@ -74,8 +74,9 @@ def pick_devices(spec: str | int) -> list[jax.Device]:
     return devices[:n]
 
 
-def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path) -> dict[str, Any]:
-    """One suite's RL and training steps on `devices`; written as scaling_<N>.json."""
+def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path, steps_per_check: int = 1) -> dict[str, Any]:
+    """One suite's RL and training steps on `devices`; written as scaling_<N>.json. `steps_per_check`:
+    the rollout's decode steps per check of its loop condition (`sampling.steps_per_check`)."""
     from learner.bench import _suite_model, bench_train
     from learner.bench_rl import bench_rl_step, peak_gb_per_device
 
@@ -92,7 +93,8 @@ def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path) -> dic
     tr = s["train"]
     jobs = [
         ("rl", lambda: bench_rl_step(cfg, **rl, devices=devices,
-                                     micro_batch_tokens=s["rl"]["micro_batch_tokens_per_device"] * n)),
+                                     micro_batch_tokens=s["rl"]["micro_batch_tokens_per_device"] * n,
+                                     steps_per_check=steps_per_check)),
         ("train", lambda: bench_train(
             cfg.replace(remat_policy=tr["remat_policy"]), batch=tr["batch"], seq=tr["seq"],
             steps=tr["steps"], warmup=2, chunk=tr["chunk"], peak_flops=s["peak_flops"],
@@ -131,7 +133,8 @@ def compare_table(runs: dict[int, dict[str, Any]]) -> str:
         return "no one-device run (scaling_1.json): run `learner.bench_scaling run --devices 1` first"
     one = runs[1]
     lines = [f"{one['model']['name']} ({one['model']['num_params'] / 1e9:.2f}B params, random init) on "
-             f"{one['device_kind']}, JAX {one['jax_version']}; same global batch at every N", "",
+             f"{one['device_kind']}, JAX {one['jax_version']}; same global batch at every N; rollout decode "
+             f"steps per loop check: {sorted({r.get('rl', {}).get('steps_per_check', 1) for r in runs.values()})}", "",
              "| GPUs | RL step s (rollout / reference / update) | rollout tok/s | RL efficiency "
              "(rollout / reference / update) | train step s | train MFU per GPU | train efficiency | "
              "peak GB per GPU | target |",
@@ -236,7 +239,8 @@ def run_big(config_path: str, model_name: str, devices: Sequence[jax.Device], ou
     path.write_text(json.dumps(result, indent=2))
     try:  # RL: tasks_per_step prompts x group_size samples, sampling.batch_size rows per generate
         ref = reference_copy(state.params, jnp.dtype(model_cfg.jnp_compute_dtype).name)
-        sampler = Sampler(state.model, mesh=mesh, min_bucket=64)
+        sampler = Sampler(state.model, mesh=mesh, min_bucket=64,
+                          steps_per_check=int(cfg.sampling.get("steps_per_check", 1)))
         new = int(cfg.sampling.max_new_tokens)
         p_len = prompt_len or (seq - new)
         prompts, group = int(cfg.rl.tasks_per_step), int(cfg.rl.group_size)
@@ -400,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--devices", default="all", help="a count, or all")
     r.add_argument("--suite", choices=sorted(SUITES), default="1.5b")
     r.add_argument("--out-dir", type=Path, default=Path("bench-out/scaling"))
+    r.add_argument("--steps-per-check", type=int, default=1,
+                   help="the rollout's decode steps per check of its loop condition (sampling.steps_per_check)")
     c = sub.add_parser("compare", help="the table of every scaling_<N>.json in --out-dir")
     c.add_argument("--out-dir", type=Path, default=Path("bench-out/scaling"))
     b = sub.add_parser("big", help="a run config's policy on every device: memory plan vs measured peak")
@@ -423,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     devices = pick_devices(args.devices)
     if args.command == "run":
-        res = run_scaling(args.suite, devices, args.out_dir)
+        if args.steps_per_check < 1:
+            raise SystemExit("--steps-per-check must be >= 1")
+        res = run_scaling(args.suite, devices, args.out_dir, args.steps_per_check)
         print(json.dumps({k: res.get(k) for k in ("devices", "rl", "train", "errors")}, indent=1), flush=True)
         return 1 if res["errors"] else 0
     if args.command == "big":
