@@ -18,7 +18,7 @@ import jax.numpy as jnp
 log = logging.getLogger(__name__)
 
 AttentionImpl = Literal["auto", "cudnn", "xla"]
-RematPolicy = Literal["full", "dots_saveable", "save_attention"]
+RematPolicy = Literal["full", "dots", "dots_no_batch"]  # learner.lm.model._remat_policy
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")

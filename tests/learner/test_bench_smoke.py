@@ -45,3 +45,21 @@ def test_suite_tiny_runs_every_part_and_writes_the_table(tmp_path: Path) -> None
     table = (tmp_path / "suite.md").read_text()
     assert table.strip() == suite_table(json.loads((tmp_path / "suite.json").read_text())).strip()
     assert "RL step, G=4" in table and "of the HBM bound" in table and "MFU" in table
+
+
+def test_mfu_sweep_runs_each_variant_in_its_own_process(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "sweep.jsonl"
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "mfu_sweep.py"), "--suite", "tiny",
+                           "--variants", "base,mb2x,remat_none", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["variant"] for r in rows] == ["base", "mb2x", "remat_none"]
+    assert rows[0]["micro_batches"] == 2 and rows[1]["micro_batches"] == 1  # twice the tokens per micro-batch
+    assert rows[2]["remat"] is False and all(r["mfu"] > 0 for r in rows)
+    assert "| remat_none | none | 2 (64) |" in proc.stdout
