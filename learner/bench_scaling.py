@@ -372,8 +372,7 @@ def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
             report[f"step{i}"] = {"loss": [float(m1["loss"]), float(mn["loss"])],
                                   "grad_norm": [float(m1["grad_norm"]), float(mn["grad_norm"])]}
         report["max_weight_diff"], report["max_update_diff_ratio"] = compare_updates(
-            init, [np.asarray(x) for x in jax.tree.leaves(s1.params)],
-            [np.asarray(x) for x in jax.tree.leaves(sn.params)])
+            init, jax.tree.leaves(s1.params), jax.tree.leaves(sn.params))
         prompts = [[5, 6, 7, 8], [9, 10, 11]] * 8
         sc = SamplingConfig(max_new_tokens=12, temperature=0.0)
         m1, mn = state(single).model, state(sharded).model  # same init, two layouts

@@ -549,14 +549,15 @@ def _length_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
 def _sampler(run: Run, params: Any) -> Sampler:
     model = nnx.merge(run.policy.graphdef, params)
     s = run.cfg.sampling
+    steps_per_check = int(s.get("steps_per_check", 1))
     if str(s.get("engine", "static")) == "continuous":
         if jax.process_count() > 1:
             raise TrainConfigError("sampling.engine=continuous runs in one process; use static in multi-host runs")
         return ContinuousSampler(model, rows=int(s.batch_size), chunk=int(s.get("engine_chunk", 64)),
                                  pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
-                                 steps_per_check=int(s.get("steps_per_check", 1)))
+                                 steps_per_check=steps_per_check)
     return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
-                   steps_per_check=int(s.get("steps_per_check", 1)))
+                   steps_per_check=steps_per_check)
 
 
 @dataclasses.dataclass

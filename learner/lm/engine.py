@@ -43,7 +43,6 @@ from learner.lm.sampler import (
     SamplingConfig,
     _choose,
     prefill_left_padded,
-    steps_between_checks,
     unrolled_body,
 )
 from learner.lm.sharding import activation_mesh, constrain
@@ -134,8 +133,7 @@ def _decode_chunk(graphdef: Any, params: Any, state: dict[str, Any], rng: jax.Ar
                 "gen": gen, "limit": s["limit"], "done": done, "out_tok": out_tok, "out_lp": out_lp, "step": i + 1,
             }
 
-        k = steps_between_checks(chunk, steps_per_check)
-        _, state = jax.lax.while_loop(cond, unrolled_body(body, k), (jnp.int32(0), state))
+        _, state = jax.lax.while_loop(cond, unrolled_body(body, chunk, steps_per_check), (jnp.int32(0), state))
         return state
 
 

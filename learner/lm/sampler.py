@@ -294,7 +294,7 @@ def decode_loop(
 
     carry = (jnp.int32(0), logits, cache, key_valid, (out_tok, out_lp), done)
     n_steps, _, cache, _, (out_tok, out_lp), done = jax.lax.while_loop(
-        cond, unrolled_body(body, steps_between_checks(max_new, steps_per_check)), carry)
+        cond, unrolled_body(body, max_new, steps_per_check), carry)
     return out_tok, out_lp, done, n_steps, cache
 
 
@@ -306,12 +306,14 @@ def steps_between_checks(total: int, wanted: int) -> int:
     return max(d for d in range(1, min(wanted, total) + 1) if total % d == 0) if total >= 1 else 1
 
 
-def unrolled_body(step: Any, k: int) -> Any:
-    """A `lax.while_loop` body that runs `step` k times. On a GPU, XLA evaluates a while loop's
+def unrolled_body(step: Any, total: int, steps_per_check: int) -> Any:
+    """A `lax.while_loop` body that runs `step` k times, k = `steps_between_checks(total,
+    steps_per_check)` for a loop of at most `total` steps. On a GPU, XLA evaluates a while loop's
     condition on the device and copies it to the host before every iteration, so each decode
     step would drain the GPU's queue while the host launches the next step's kernels; an inner
     loop of k steps has a trip count XLA knows and runs without that round trip. Steps taken
     after every row stopped write pads (rows are masked), so only the step count changes."""
+    k = steps_between_checks(total, steps_per_check)
     if k == 1:
         return step
     return lambda carry: jax.lax.fori_loop(0, k, lambda _, c: step(c), carry)
