@@ -4,10 +4,10 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export OUT PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$PWD
 elif ls ../shared/wheels/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site ../shared/wheels/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site ../shared/wheels/*.whl
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD

@@ -57,5 +57,7 @@ def stale_memory_attack(build_pool, tmp_path: Path, cfg: ScoreConfig) -> tuple[S
         count = shared / "reused"
         source = (RUNTIME / "stale_matmul.py").read_text().replace('COUNT_PATH = ""', f"COUNT_PATH = {str(count)!r}")
         r = score_attack(task, source, build_pool, cfg, reverify_above=0)
+        assert count.exists(), (f"the candidate never wrote its count ({r.verdict.name}: {r.detail}); "
+                                f"isolation: {r.evidence.isolation}")
         reused, calls = (int(v) for v in count.read_text().split())
     return r, reused, calls
