@@ -111,6 +111,28 @@ class PlanInputs:
         )  # fmt: skip
 
 
+# Below this many rollout rows per data-parallel device, a decode step is mostly the read of the
+# replicated rollout weights, which more devices do not shorten (docs/benchmarks.md, "The
+# rollout's decode step against its rows": 1.5B on an H100, 1.82 ms + 35 us per row).
+EFFICIENT_ROLLOUT_ROWS_PER_DEVICE = 64
+
+
+def rollout_rows_note(inputs: PlanInputs) -> str | None:
+    """A note for the start-up log when the rollout gives each data-parallel device few rows; None
+    otherwise."""
+    replicas = inputs.data * inputs.fsdp  # the rollout's rows go over both data axes
+    if replicas <= 1:
+        return None
+    per_device = inputs.rollout_rows / replicas
+    if per_device >= EFFICIENT_ROLLOUT_ROWS_PER_DEVICE:
+        return None
+    return (f"rollout: {inputs.rollout_rows} rows (sampling.batch_size) over {replicas} data-parallel devices "
+            f"is {per_device:g} per device; below {EFFICIENT_ROLLOUT_ROWS_PER_DEVICE} a decode step is mostly "
+            f"the read of the replicated weights, so these devices shorten the rollout little. More rows: "
+            f"sampling.batch_size, up to rl.tasks_per_step x rl.group_size (the KV cache grows with "
+            f"it); or split the rollout weights with mesh.tensor")
+
+
 def _resolve_dtype(name: str, compute_dtype: str) -> str:
     return compute_dtype if name == "compute" else name
 

@@ -24,6 +24,7 @@ from learner.memory_plan import (
     PlanInputs,
     device_memory_bytes,
     plan_memory,
+    rollout_rows_note,
 )
 from learner.microbatch import micro_batch_count
 from learner.train_step import LossFn, TrainState, train_step
@@ -93,6 +94,9 @@ def run_memory_plan(cfg: Any, model_cfg: ModelConfig, mesh: Mesh) -> MemoryPlan:
                                          compute_dtype=str(cfg.model.compute_dtype)),
                        inputs, device_bytes or float("inf"), float(t.get("memory_headroom", 0.9)))
     log.info("%s", plan.format())
+    note = rollout_rows_note(inputs)
+    if note and "rl" in str(cfg.get("stages", "")):
+        log.info("%s", note)
     if device_bytes:
         plan.check()
     return plan

@@ -15,6 +15,7 @@ from learner.memory_plan import (
     main,
     model_shape,
     plan_memory,
+    rollout_rows_note,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,3 +65,15 @@ def test_shipped_7b_configs_fit(config: str, hardware: str, devices: int,
                  "--config", str(ROOT / config)]) == 0
     out = capsys.readouterr().out
     assert "KV cache" in out and "fits" in out
+
+
+def test_few_rollout_rows_per_data_parallel_device_are_named_with_the_knob() -> None:
+    # configs/gpu_cluster.py's 64 rows on 8 GPUs: 8 per GPU, mostly the weights' read per step.
+    note = rollout_rows_note(PlanInputs(data=1, fsdp=8, tensor=1, rollout_rows=64))
+    assert note is not None and "8 per device" in note and "sampling.batch_size" in note
+    assert "mesh.tensor" in note and "rl.tasks_per_step" in note
+    # Both batch axes carry rows; the tensor axis does not.
+    assert "16 per device" in rollout_rows_note(PlanInputs(data=2, fsdp=2, tensor=2, rollout_rows=64))
+    # Enough rows per device, or a single replica: nothing to say.
+    assert rollout_rows_note(PlanInputs(data=1, fsdp=2, tensor=1, rollout_rows=128)) is None
+    assert rollout_rows_note(PlanInputs(data=1, fsdp=1, tensor=8, rollout_rows=8)) is None
