@@ -99,10 +99,11 @@ def _peak_mem_gb(devices: Sequence[jax.Device] | None = None) -> float | None:
 def bench_train(
     cfg: ModelConfig, *, batch: int, seq: int, steps: int, warmup: int, chunk: int | None,
     peak_flops: float, micro_batch_tokens: int = 0, devices: Sequence[jax.Device] | None = None,
+    tensor: int = 1,
 ) -> dict[str, Any]:
-    """`devices`: the mesh's devices (default: all), every one on the fsdp axis; MFU is per
-    device (the step's FLOPs over the devices' summed peak)."""
-    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1), devices)
+    """`devices`: the mesh's devices (default: all), on the fsdp axis but for `tensor` of them;
+    MFU is per device (the step's FLOPs over the devices' summed peak)."""
+    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=tensor), devices)
     model = create_sharded_model(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
     tx = make_optimizer(OptimizerConfig(learning_rate=1e-5, weight_decay=0.1, grad_clip_norm=1.0))
     state = create_train_state(model, tx, mesh=mesh)

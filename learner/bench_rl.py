@@ -87,10 +87,13 @@ def timed_rl_step(state: Any, ref: Any, sampler: Sampler, distinct: np.ndarray, 
 
 def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int, max_new: int,
                   micro_batch_tokens: int, steps: int = 2, seed: int = 0,
-                  devices: Sequence[jax.Device] | None = None, steps_per_check: int = 1) -> dict[str, Any]:
-    """`devices`: the mesh's devices (default: all), every one on the fsdp axis; `steps_per_check`:
-    the sampler's decode steps per check of its loop condition (`sampling.steps_per_check`)."""
-    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1), devices)
+                  devices: Sequence[jax.Device] | None = None, steps_per_check: int = 1,
+                  tensor: int = 1) -> dict[str, Any]:
+    """`devices`: the mesh's devices (default: all), on the fsdp axis but for `tensor` of them
+    (the tensor axis: weights, and with them the rollout copy's reads, split that many ways);
+    `steps_per_check`: the sampler's decode steps per check of its loop condition
+    (`sampling.steps_per_check`)."""
+    mesh = make_mesh(MeshConfig(data=1, fsdp=-1, tensor=tensor), devices)
     model = create_sharded_model(lambda: Transformer(cfg, rngs=nnx.Rngs(seed)), mesh)
     tx = make_optimizer(OptimizerConfig(learning_rate=1e-6, grad_clip_norm=1.0))
     state = create_train_state(model, tx, mesh=mesh)
@@ -109,7 +112,7 @@ def bench_rl_step(cfg: ModelConfig, *, prompts: int, group: int, prompt_len: int
     last = runs[-1]
     return dict(
         prompts=prompts, group=group, prompt_len=prompt_len, max_new=max_new,
-        micro_batch_tokens=micro_batch_tokens, steps_per_check=steps_per_check,
+        micro_batch_tokens=micro_batch_tokens, steps_per_check=steps_per_check, mesh=dict(mesh.shape),
         micro_batches=micro_batches_for({"tokens": np.zeros((prompts * group, prompt_len + max_new))},
                                         mesh, micro_batch_tokens),
         rollout_tokens_per_s=last["new_tokens"] / last["rollout_s"],

@@ -74,31 +74,36 @@ def pick_devices(spec: str | int) -> list[jax.Device]:
     return devices[:n]
 
 
-def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path, steps_per_check: int = 1) -> dict[str, Any]:
-    """One suite's RL and training steps on `devices`; written as scaling_<N>.json. `steps_per_check`:
-    the rollout's decode steps per check of its loop condition (`sampling.steps_per_check`)."""
+def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path, steps_per_check: int = 1,
+                tensor: int = 1) -> dict[str, Any]:
+    """One suite's RL and training steps on `devices`; written as scaling_<N>.json (with
+    `tensor` > 1, scaling_<N>_tensor<T>.json: the mesh's tensor axis splits the weights, and the
+    rollout copy's reads, `tensor` ways; the rest stay on fsdp). `steps_per_check`: the rollout's
+    decode steps per check of its loop condition (`sampling.steps_per_check`)."""
     from learner.bench import _suite_model, bench_train
     from learner.bench_rl import bench_rl_step, peak_gb_per_device
 
     s = SUITES[suite]
     n = len(devices)
+    if tensor < 1 or n % tensor:
+        raise ValueError(f"tensor={tensor} must be >= 1 and divide the {n} device(s)")
     cfg = _suite_model(s["model"])
     result: dict[str, Any] = dict(
-        suite=suite, devices=n, device_kind=str(devices[0].device_kind), backend=jax.default_backend(),
+        suite=suite, devices=n, tensor=tensor, device_kind=str(devices[0].device_kind), backend=jax.default_backend(),
         jax_version=jax.__version__, model=dict(name=s["model"], num_params=cfg.num_params()),
         peak_flops_per_device=s["peak_flops"], errors=[])
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"scaling_{n}.json"
+    path = out_dir / (f"scaling_{n}.json" if tensor == 1 else f"scaling_{n}_tensor{tensor}.json")
     rl = {k: v for k, v in s["rl"].items() if k != "micro_batch_tokens_per_device"}
     tr = s["train"]
     jobs = [
         ("rl", lambda: bench_rl_step(cfg, **rl, devices=devices,
                                      micro_batch_tokens=s["rl"]["micro_batch_tokens_per_device"] * n,
-                                     steps_per_check=steps_per_check)),
+                                     steps_per_check=steps_per_check, tensor=tensor)),
         ("train", lambda: bench_train(
             cfg.replace(remat_policy=tr["remat_policy"]), batch=tr["batch"], seq=tr["seq"],
             steps=tr["steps"], warmup=2, chunk=tr["chunk"], peak_flops=s["peak_flops"],
-            micro_batch_tokens=tr["micro_batch_tokens_per_device"] * n, devices=devices)),
+            micro_batch_tokens=tr["micro_batch_tokens_per_device"] * n, devices=devices, tensor=tensor)),
     ]
     for key, job in jobs:
         t0 = time.perf_counter()
@@ -119,19 +124,22 @@ def efficiency(t_one: float, t_n: float, n: int) -> float:
     return t_one / (n * t_n)
 
 
-def load_runs(out_dir: Path) -> dict[int, dict[str, Any]]:
+def load_runs(out_dir: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    """Every scaling_*.json, keyed by (devices, tensor)."""
     runs = {}
     for p in sorted(out_dir.glob("scaling_*.json")):
         r = json.loads(p.read_text())
-        runs[int(r["devices"])] = r
+        runs[int(r["devices"]), int(r.get("tensor", 1))] = r
     return runs
 
 
-def compare_table(runs: dict[int, dict[str, Any]]) -> str:
-    """Markdown: one row per device count, efficiencies against the one-device run."""
-    if 1 not in runs:
+def compare_table(runs: dict[Any, dict[str, Any]]) -> str:
+    """Markdown: one row per device count (and tensor split), efficiencies against the one-device
+    run. Keys: a device count, or (devices, tensor)."""
+    runs = {(k if isinstance(k, tuple) else (int(k), 1)): r for k, r in runs.items()}
+    if (1, 1) not in runs:
         return "no one-device run (scaling_1.json): run `learner.bench_scaling run --devices 1` first"
-    one = runs[1]
+    one = runs[1, 1]
     lines = [f"{one['model']['name']} ({one['model']['num_params'] / 1e9:.2f}B params, random init) on "
              f"{one['device_kind']}, JAX {one['jax_version']}; same global batch at every N; rollout decode "
              f"steps per loop check: {sorted({r.get('rl', {}).get('steps_per_check', 1) for r in runs.values()})}", "",
@@ -148,8 +156,8 @@ def compare_table(runs: dict[int, dict[str, Any]]) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:.0%}"
 
-    for n in sorted(runs):
-        r = runs[n]
+    for n, t in sorted(runs):
+        r = runs[n, t]
         rl, tr = r.get("rl"), r.get("train")
         rl_s = (f"{rl['step_s']:.2f} ({rl['rollout_s']:.2f} / {rl['reference_s']:.2f} / {rl['update_s']:.2f})"
                 if rl else "-")
@@ -161,10 +169,11 @@ def compare_table(runs: dict[int, dict[str, Any]]) -> str:
         peaks = [p for p in r.get("peak_gb_per_device") or [] if p is not None]
         peak = f"{max(peaks):.1f}" if peaks else "-"
         target = f">= {TARGETS[n]:.0%}" if n in TARGETS else "-"
-        lines.append(f"| {n} | {rl_s} | {tok} | {rl_eff} | {tr_s} | {mfu} | "
+        label = str(n) if t == 1 else f"{n} (tensor {t})"
+        lines.append(f"| {label} | {rl_s} | {tok} | {rl_eff} | {tr_s} | {mfu} | "
                      f"{pct(eff('train', 'step_time_s', n, r))} | {peak} | {target} |")
-    for n in sorted(runs):
-        lines += [f"| error ({n} devices) | {e[:200]} | | | | | | | |" for e in runs[n].get("errors", [])]
+    for n, t in sorted(runs):
+        lines += [f"| error ({n} devices{'' if t == 1 else f', tensor {t}'}) | {e[:200]} | | | | | | | |" for e in runs[n, t].get("errors", [])]
     return "\n".join(lines)
 
 
@@ -405,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out-dir", type=Path, default=Path("bench-out/scaling"))
     r.add_argument("--steps-per-check", type=int, default=1,
                    help="the rollout's decode steps per check of its loop condition (sampling.steps_per_check)")
+    r.add_argument("--tensor", type=int, default=1,
+                   help="devices on the mesh's tensor axis (splits the weights and the rollout copy's reads); "
+                        "must divide the device count")
     c = sub.add_parser("compare", help="the table of every scaling_<N>.json in --out-dir")
     c.add_argument("--out-dir", type=Path, default=Path("bench-out/scaling"))
     b = sub.add_parser("big", help="a run config's policy on every device: memory plan vs measured peak")
@@ -430,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         if args.steps_per_check < 1:
             raise SystemExit("--steps-per-check must be >= 1")
-        res = run_scaling(args.suite, devices, args.out_dir, args.steps_per_check)
+        if args.tensor < 1 or len(devices) % args.tensor:
+            raise SystemExit(f"--tensor {args.tensor} must be >= 1 and divide the {len(devices)} device(s)")
+        res = run_scaling(args.suite, devices, args.out_dir, args.steps_per_check, args.tensor)
         print(json.dumps({k: res.get(k) for k in ("devices", "rl", "train", "errors")}, indent=1), flush=True)
         return 1 if res["errors"] else 0
     if args.command == "big":

@@ -8,6 +8,8 @@
 #   OUT=$OUT bash scripts/gpu_multi_bench.sh farm 420
 # SUITE=tiny runs the scaling parts on a tiny model (a CPU smoke test with simulated devices);
 # STEPS_PER_CHECK=8 decodes the rollouts 8 steps per check of the loop condition (sampling.steps_per_check).
+# TENSOR=2 runs the `all` part with the weights (and the rollout copy's reads) split two ways on the
+# mesh's tensor axis, the rest on fsdp (scaling_<N>_tensor2.json, its own row in the table).
 # Results accumulate in $MULTI_DIR (default /tmp/multi-bench, kept while the machine is warm) and
 # every call copies them, with table.md over all the parts so far, to $OUT.
 # Parts (each under its own `timeout`):
@@ -41,9 +43,10 @@ rc=0
 for n in one all; do
   if has "$n"; then
     d=$([[ $n == one ]] && echo 1 || echo all)
-    echo "== scaling --devices $d ($(date -u +%T))" >>"$log"
+    t=$([[ $n == one ]] && echo 1 || echo "${TENSOR:-1}")
+    echo "== scaling --devices $d --tensor $t ($(date -u +%T))" >>"$log"
     timeout "$limit" python3 -m learner.bench_scaling run --devices "$d" --suite "${SUITE:-1.5b}" --out-dir "$dir" \
-      --steps-per-check "${STEPS_PER_CHECK:-1}" >>"$log" 2>&1 \
+      --steps-per-check "${STEPS_PER_CHECK:-1}" --tensor "$t" >>"$log" 2>&1 \
       || { echo "scaling --devices $d exit code $?" | tee -a "$log"; rc=1; }
   fi
 done

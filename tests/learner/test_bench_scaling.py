@@ -47,6 +47,18 @@ def test_compare_table_reports_each_device_count_against_one_device() -> None:
     assert "80% (80% / 80% / 80%)" in row4  # 8 / (4 x 2.5)
     assert "| >= 90% |" in row4
     assert "no one-device run" in compare_table({4: _run(4, 2.5, 1.25)})
+    # A tensor-split run is a row of its own beside the fsdp-only run of the same device count.
+    both = compare_table({(1, 1): _run(1, 8.0, 4.0), (4, 1): _run(4, 2.5, 1.25), (4, 2): _run(4, 2.0, 1.25)})
+    row_t = next(line for line in both.splitlines() if line.startswith("| 4 (tensor 2) |"))
+    assert "100% (100% / 100% / 100%)" in row_t  # 8 / (4 x 2.0)
+    assert next(line for line in both.splitlines() if line.startswith("| 4 |"))
+
+
+def test_a_tensor_split_that_does_not_divide_the_devices_is_refused() -> None:
+    from learner.bench_scaling import main
+
+    with pytest.raises(SystemExit, match="must be >= 1 and divide the 1 device"):
+        main(["run", "--devices", "1", "--tensor", "2", "--suite", "tiny"])
 
 
 def test_parity_mesh_uses_the_axes_the_device_count_allows() -> None:
@@ -69,8 +81,15 @@ def test_scaling_run_on_one_and_four_devices_keeps_the_global_batch(tmp_path: Pa
     # Micro-batches are sized per device: four devices take the batch in a quarter of the count.
     assert one["train"]["micro_batches"] == 4 * four["train"]["micro_batches"]
     assert one["rl"]["micro_batches"] == 4 * four["rl"]["micro_batches"]
+    # The same global batch with the weights split two ways on the tensor axis.
+    _cli(["run", "--suite", "tiny", "--devices", "4", "--tensor", "2", "--out-dir", str(tmp_path)], devices=4)
+    split = json.loads((tmp_path / "scaling_4_tensor2.json").read_text())
+    assert split["errors"] == [] and split["tensor"] == 2
+    assert split["rl"]["mesh"] == {"data": 1, "fsdp": 2, "tensor": 2}
+    assert split["rl"]["prompts"] == one["rl"]["prompts"] and split["train"]["batch"] == one["train"]["batch"]
     table = _cli(["compare", "--out-dir", str(tmp_path)], devices=1).stdout
     assert next(line for line in table.splitlines() if line.startswith("| 4 |"))
+    assert next(line for line in table.splitlines() if line.startswith("| 4 (tensor 2) |"))
 
 
 @pytest.mark.slow
