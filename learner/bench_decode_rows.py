@@ -30,6 +30,8 @@ import jax
 import numpy as np
 from flax import nnx
 
+from learner.bench_args import add_steps_per_check
+
 log = logging.getLogger(__name__)
 
 SUITES: dict[str, dict[str, Any]] = {
@@ -79,7 +81,7 @@ def bench_rows(suite: str, steps_per_check: int = 1, seed: int = 0) -> dict[str,
     for rows in s["rows"]:
         prompts = [list(r) for r in rng.integers(1, cfg.vocab_size, (rows, s["prompt_len"]))]
         times = {}
-        for cap in (s["short"], s["long"], s["short"], s["long"]):  # the first of each compiles nothing new
+        for cap in (s["short"], s["long"], s["short"], s["long"]):  # the first pass compiles and warms up
             key = jax.random.PRNGKey(cap)
             t0 = time.perf_counter()
             out = sampler.generate(prompts, sc, key, limits=[cap] * rows)
@@ -119,12 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m learner.bench_decode_rows", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--suite", choices=sorted(SUITES), default="tiny")
-    p.add_argument("--steps-per-check", type=int, default=1,
-                   help="decode steps between two checks of the loop's condition (sampling.steps_per_check)")
+    add_steps_per_check(p)
     p.add_argument("--out", type=Path, default=None, help="append the result as one JSON line here")
     args = p.parse_args(argv)
-    if args.steps_per_check < 1:
-        p.error("--steps-per-check must be >= 1")
     r = bench_rows(args.suite, args.steps_per_check)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

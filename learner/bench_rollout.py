@@ -26,6 +26,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from learner.bench_args import add_steps_per_check
 from learner.lm.engine import ContinuousSampler, expected_static_efficiency
 from learner.lm.model import Transformer
 from learner.lm.sampler import Sampler, SamplingConfig
@@ -123,12 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--suite", choices=sorted(SUITES), default="tiny")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps-per-check", type=int, default=1,
-                   help="decode steps between two checks of the loop's condition (sampling.steps_per_check)")
+    add_steps_per_check(p)
     p.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     args = p.parse_args(argv)
-    if args.steps_per_check < 1:
-        p.error("--steps-per-check must be >= 1")
     r = bench_rollout(args.suite, args.seed, args.steps_per_check)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,8 @@ from typing import Any
 
 import jax
 
+from learner.bench_args import add_steps_per_check
+
 log = logging.getLogger(__name__)
 
 # Global batches of the scaling measurements (the same at every N). `1.5b`: the learner-at-scale
@@ -60,6 +62,10 @@ SUITES: dict[str, dict[str, Any]] = {
                             remat_policy="dots_no_batch")),
 }
 TARGETS = {2: 0.90, 3: 0.90, 4: 0.90, 8: 0.85}
+
+
+class ScalingArgumentError(ValueError):
+    """A scaling run asked for something its devices cannot give (a tensor split, say)."""
 
 
 def pick_devices(spec: str | int) -> list[jax.Device]:
@@ -86,7 +92,7 @@ def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path, steps_
     s = SUITES[suite]
     n = len(devices)
     if tensor < 1 or n % tensor:
-        raise ValueError(f"tensor={tensor} must be >= 1 and divide the {n} device(s)")
+        raise ScalingArgumentError(f"tensor={tensor} must be >= 1 and divide the {n} device(s)")
     cfg = _suite_model(s["model"])
     result: dict[str, Any] = dict(
         suite=suite, devices=n, tensor=tensor, device_kind=str(devices[0].device_kind), backend=jax.default_backend(),
@@ -133,10 +139,9 @@ def load_runs(out_dir: Path) -> dict[tuple[int, int], dict[str, Any]]:
     return runs
 
 
-def compare_table(runs: dict[Any, dict[str, Any]]) -> str:
-    """Markdown: one row per device count (and tensor split), efficiencies against the one-device
-    run. Keys: a device count, or (devices, tensor)."""
-    runs = {(k if isinstance(k, tuple) else (int(k), 1)): r for k, r in runs.items()}
+def compare_table(runs: dict[tuple[int, int], dict[str, Any]]) -> str:
+    """Markdown: one row per (devices, tensor split), as `load_runs` keys them, efficiencies
+    against the one-device run."""
     if (1, 1) not in runs:
         return "no one-device run (scaling_1.json): run `learner.bench_scaling run --devices 1` first"
     one = runs[1, 1]
@@ -412,8 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--devices", default="all", help="a count, or all")
     r.add_argument("--suite", choices=sorted(SUITES), default="1.5b")
     r.add_argument("--out-dir", type=Path, default=Path("bench-out/scaling"))
-    r.add_argument("--steps-per-check", type=int, default=1,
-                   help="the rollout's decode steps per check of its loop condition (sampling.steps_per_check)")
+    add_steps_per_check(r)
     r.add_argument("--tensor", type=int, default=1,
                    help="devices on the mesh's tensor axis (splits the weights and the rollout copy's reads); "
                         "must divide the device count")
@@ -440,11 +444,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     devices = pick_devices(args.devices)
     if args.command == "run":
-        if args.steps_per_check < 1:
-            raise SystemExit("--steps-per-check must be >= 1")
-        if args.tensor < 1 or len(devices) % args.tensor:
-            raise SystemExit(f"--tensor {args.tensor} must be >= 1 and divide the {len(devices)} device(s)")
-        res = run_scaling(args.suite, devices, args.out_dir, args.steps_per_check, args.tensor)
+        try:
+            res = run_scaling(args.suite, devices, args.out_dir, args.steps_per_check, args.tensor)
+        except ScalingArgumentError as err:
+            raise SystemExit(f"bench_scaling run: {err}") from None
         print(json.dumps({k: res.get(k) for k in ("devices", "rl", "train", "errors")}, indent=1), flush=True)
         return 1 if res["errors"] else 0
     if args.command == "big":

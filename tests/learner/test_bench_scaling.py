@@ -42,11 +42,11 @@ def _run(n: int, step: float, train: float) -> dict:
 
 
 def test_compare_table_reports_each_device_count_against_one_device() -> None:
-    table = compare_table({1: _run(1, 8.0, 4.0), 4: _run(4, 2.5, 1.25)})
+    table = compare_table({(1, 1): _run(1, 8.0, 4.0), (4, 1): _run(4, 2.5, 1.25)})
     row4 = next(line for line in table.splitlines() if line.startswith("| 4 |"))
     assert "80% (80% / 80% / 80%)" in row4  # 8 / (4 x 2.5)
     assert "| >= 90% |" in row4
-    assert "no one-device run" in compare_table({4: _run(4, 2.5, 1.25)})
+    assert "no one-device run" in compare_table({(4, 1): _run(4, 2.5, 1.25)})
     # A tensor-split run is a row of its own beside the fsdp-only run of the same device count.
     both = compare_table({(1, 1): _run(1, 8.0, 4.0), (4, 1): _run(4, 2.5, 1.25), (4, 2): _run(4, 2.0, 1.25)})
     row_t = next(line for line in both.splitlines() if line.startswith("| 4 (tensor 2) |"))
@@ -59,6 +59,15 @@ def test_a_tensor_split_that_does_not_divide_the_devices_is_refused() -> None:
 
     with pytest.raises(SystemExit, match="must be >= 1 and divide the 1 device"):
         main(["run", "--devices", "1", "--tensor", "2", "--suite", "tiny"])
+
+
+def test_steps_per_check_below_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from learner.bench_scaling import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--devices", "1", "--steps-per-check", "0", "--suite", "tiny"])
+    assert exit_info.value.code == 2
+    assert "--steps-per-check: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_parity_mesh_uses_the_axes_the_device_count_allows() -> None:
