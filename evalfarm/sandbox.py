@@ -43,6 +43,30 @@ class Limits:
     open_files: int = 4096
 
 
+def mapped_bytes() -> int:
+    """The calling process's address space in use now (VmSize), or 0 where /proc cannot say."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def address_space_limit(memory_bytes: int) -> tuple[int, str]:
+    """RLIMIT_AS for a process that has already imported its libraries: ``memory_bytes`` beyond
+    what is mapped now, and a note saying so.
+
+    An address-space limit counts every mapping, and a CUDA build of torch maps several GiB of
+    libraries at import whether or not the device is used. A fixed 16 GiB limit then left a CPU
+    evaluation on a GPU host too little room to map the stacks of OpenMP threads ("libgomp:
+    Thread creation failed: Resource temporarily unavailable") where the same task ran on a
+    CPU-only host. Counting from what the trusted start-up mapped gives the task and the
+    candidate the same room on every host."""
+    base = mapped_bytes()
+    return base + memory_bytes, (f"address space limit {(base + memory_bytes) >> 20} MiB: "
+                                 f"{memory_bytes >> 20} MiB beyond the {base >> 20} MiB mapped at start-up")
+
+
 def apply_limits(limits: Limits) -> None:
     """Called inside the child before untrusted code runs."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

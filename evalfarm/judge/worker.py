@@ -30,6 +30,7 @@ reference's outputs behave the same way (the judge says so at start).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import signal
 import sys
@@ -170,9 +171,14 @@ class Worker:
                 self.isolation.append(f"device not warmed: {type(err).__name__}: {err}"[:300])
         self.send({"op": "started"})  # before any task or candidate: the judge may now call itself ready
         init = self.wire.recv_pickle(self.conn)
-        from evalfarm.sandbox import Limits, apply_limits
+        from evalfarm.sandbox import Limits, address_space_limit, apply_limits
 
-        apply_limits(Limits(**init["limits"]))
+        limits = Limits(**init["limits"])
+        if limits.memory_bytes is not None:  # beyond the libraries torch's import mapped
+            total, note = address_space_limit(limits.memory_bytes)
+            limits = dataclasses.replace(limits, memory_bytes=total)
+            self.isolation.append(note)
+        apply_limits(limits)
 
         from evalfarm.judge.arena import Arena, Slot, dense_strides
         from evalfarm.judge.poison import POISON_ENV, make_poisoner
