@@ -31,6 +31,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "remat_none_mb2x": dict(remat=False, micro_batch_scale=2),
     "chunk2048": dict(chunk=2048),
     "chunk4096": dict(chunk=4096),
+    "remat_none_chunk4096": dict(remat=False, chunk=4096),
 }
 
 
