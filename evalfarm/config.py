@@ -108,6 +108,13 @@ class ScoreConfig:
     # same GPU of this host waits for it at most this long, then returns INFRA_ERROR. The wait is
     # not charged to the candidate (evidence.phases_s["gpu_lease_wait"] says how long it was).
     gpu_lease_timeout_s: float = 600.0
+    # Correctness blocks: the correctness rounds after the warm-up (max(warmup_rounds, 1) <= round <
+    # num_correctness_inputs) run a batch at a time, one exchange per worker per batch instead of one
+    # per call (evalfarm.judge.judge, "correctness blocks"): all of a block's inputs are written
+    # before it starts, so its calls' times are never used for the score (only checked, and counted
+    # as timing.block_rounds); the score's timed rounds all come after correctness. False: every
+    # round is one call whose inputs are written right before it starts.
+    correctness_block: bool = True
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -122,7 +129,7 @@ class ScoreConfig:
 
         if self.guard_policy not in GuardPolicy.NAMES:
             raise ConfigError(f"guard_policy must be one of {', '.join(GuardPolicy.NAMES)}, got {self.guard_policy!r}")
-        for name in ("check_other_sizes", "require_other_sizes"):
+        for name in ("check_other_sizes", "require_other_sizes", "correctness_block"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.charge_exchange is not None and not isinstance(self.charge_exchange, bool):

@@ -31,6 +31,9 @@ class TimingEvidence:
     # Rounds run while a standby judge of the same device was still starting up: their outputs
     # were checked, their times set aside (evalfarm.judge.judge.RoundsHold).
     set_aside_rounds: int = 0
+    # Correctness rounds run in blocks (ScoreConfig.correctness_block): their outputs were checked;
+    # their inputs were all written before the block, so their times are never used.
+    block_rounds: int = 0
     # The untimed moment before each call (L2 flush and sync, after the inputs were written), median
     # per worker, and what was added to every candidate call for its excess (evalfarm.judge.judge).
     pre_call_ref_us_median: float | None = None

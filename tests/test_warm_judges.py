@@ -281,9 +281,11 @@ class _StartingUp(WarmJudges):
         return True
 
 
-def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, data_dir, build_pool):
+@pytest.mark.parametrize("blocks", [False, True])
+def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, data_dir, build_pool, blocks):
     judges = _StartingUp(seconds=4.0)
-    cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2)
+    cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2,
+                      correctness_block=blocks)
     try:
         r = start(task, as_candidate(str(data_dir / "cand_same.py")), cfg, build_pool, judges=judges).result(timeout=240)
     finally:
@@ -293,9 +295,13 @@ def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, da
     # The 20 correctness rounds all ran before the go (they take far less than 4 s here), so at
     # least the 18 after the warm-up were checked and set aside (whole batches are planned, so
     # the rest of the first batch too); the judge then waited for the go, and the rounds that
-    # make the score came after it.
+    # make the score came after it. In correctness blocks those 18 are block rounds instead (never
+    # timed either way), and a batch ends where correctness does, so nothing else is set aside.
     assert r.evidence.correctness_inputs == 20
-    assert r.evidence.timing.set_aside_rounds >= 18
+    if blocks:
+        assert r.evidence.timing.block_rounds == 18 and r.evidence.timing.set_aside_rounds == 0, r.evidence.timing
+    else:
+        assert r.evidence.timing.set_aside_rounds >= 18 and r.evidence.timing.block_rounds == 0
     assert r.evidence.phases_s["held_for_standby"] > 1.0
     assert r.evidence.timing.rounds >= cfg.min_timed_rounds
     # The wait is its own phase: neither correctness nor timing (whose budget starts after it).

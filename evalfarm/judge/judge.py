@@ -25,6 +25,12 @@ whole exchange with its own clock: what it saw beyond the call the candidate's p
 while the reference runs; on a GPU, the reference worker also waits until no other work is
 running on the device before its call. Every correctness round and a random share of timed
 rounds is checked here against the reference worker's output of the same round.
+
+Correctness blocks (``ScoreConfig.correctness_block``, on by default): the correctness rounds
+after the warm-up run a batch at a time, one exchange per worker per batch (``Judge._run_block``)
+instead of one per call, since the exchange costs more than a small kernel's call (about 2.3 ms
+per call on an H100). Those rounds are checked exactly as others; their times are never used
+for the score, which comes from the per-call rounds after correctness.
 """
 
 from __future__ import annotations
@@ -97,6 +103,10 @@ PROFILE_TIMEOUT_S = 120.0
 BEFORE_ROUNDS_TIMEOUT_S = 30.0
 ISOLATION_NOTE = ("reference computed and timed in its own worker process; candidate process stopped "
                   "outside its own calls; inputs written right before each call")
+# Added to the isolation notes when the evaluation has correctness blocks.
+BLOCK_NOTE = ("correctness rounds after the warm-up run in blocks (one exchange per worker per batch of "
+              "rounds): a block's inputs are all written before it starts, so its times are never used "
+              "for the score; every output is checked")
 
 
 class RoundsHold:
@@ -382,7 +392,8 @@ class Judge:
         # (the worker's preparation, round trip included), of which rounds_poison (its poisoning
         # of free memory and L2 reset) and rounds_quiet (the reference's quiet-GPU wait);
         # rounds_write (the inputs written and synchronised); rounds_go (go to result: the call,
-        # the worker's output checks and the reply).
+        # the worker's output checks and the reply; for a correctness block, all of its calls and
+        # the worker's preparations between them).
         self.round_phases: dict[str, float] = dict.fromkeys(
             ("rounds_inputs", "rounds_exchange", "rounds_calls", "rounds_audit", "rounds_prepare",
              "rounds_poison", "rounds_quiet", "rounds_write", "rounds_go"), 0.0)
@@ -406,6 +417,7 @@ class Judge:
         # notify(msg): tells the owner of a wait that is not the candidate's (the GPU lease).
         self._notify = notify
         self._lease: gpu_lease.GpuLease | None = None
+        self.block_rounds = correctness_block_rounds(self.config)
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -751,8 +763,15 @@ class Judge:
     def _plan_batch(self, first_round: int, n_correct: int) -> list[RoundPlan]:
         for a in self.arenas.values():
             a.reset()
+        count = self.rounds_per_batch
+        # A batch never straddles an edge of the block rounds: it runs either as one correctness
+        # block or call by call (the warm-up before it, the timed rounds after it).
+        for edge in (self.block_rounds.start, self.block_rounds.stop) if self.block_rounds else ():
+            if first_round < edge:
+                count = min(count, edge - first_round)
+                break
         plans = []
-        for k in range(self.rounds_per_batch):
+        for k in range(count):
             r = first_round + k
             inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(r)]
             audited = r < n_correct or self.rng.random() < self.config.audit_fraction
@@ -784,29 +803,17 @@ class Judge:
         preparation (poisoning, L2 flush, synchronisation), right before the call starts, so no
         code in the candidate's process sees them outside the timed call."""
         worker = self.ref if role == REFERENCE else self.cand
-        call = plan.calls[role]
         phases = self.round_phases
         self._resume(role)
         try:
             t0 = time.perf_counter()
-            wire.send_json(worker.conn, call.prepare)
+            wire.send_json(worker.conn, plan.calls[role].prepare)
             msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing round {plan.r}")
             self._stop(role)  # stopped while its inputs are written
             t1 = time.perf_counter()
             phases["rounds_prepare"] += t1 - t0
-            if msg.get("op") == "busy":
-                raise self._blame_busy_gpu(float(msg.get("waited_s", 0)))
-            if msg.get("op") != "prepared":
-                self._raise_worker_error(msg, worker)
-            for key, phase in (("poison_s", "rounds_poison"), ("quiet_wait_s", "rounds_quiet")):
-                if isinstance(msg.get(key), float) and 0.0 <= msg[key] < PREPARE_TIMEOUT_S:
-                    phases[phase] += msg[key]  # the worker's own report: a diagnostic, never a score
-            if isinstance(msg.get("quiet_wait_s"), float) and msg["quiet_wait_s"] > QUIET_NOTE_S:
-                self.quiet_waits.append(msg["quiet_wait_s"])
-            arena = self.arenas[role, "in"]
-            for v, slot in zip(plan.inputs, call.in_slots, strict=True):
-                if slot is not None:
-                    arena.view(slot).copy_(v)
+            self._note_prepared(msg, worker)
+            self._write_inputs(role, plan)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self._resume(role)
@@ -822,11 +829,123 @@ class Judge:
             if role == CANDIDATE and res.get("kind") == "structure" and plan.r < self.config.num_correctness_inputs:
                 self._save_structure_failure(plan, str(res.get("detail", ""))[:2000])
             self._raise_worker_error(res, worker)
-        if _int(res, "r") != plan.r or _int(res, "t") <= 0 or _int(res, "pre") < 0:
-            raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: round results do not match the rounds sent")
+        check_round_result(res, plan.r)
         if role == CANDIDATE:
             self._check_contained(worker)
         return res
+
+    def _note_prepared(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
+        """A worker's answer to prepare (or prepare_block): go on only when it is ready."""
+        if msg.get("op") == "busy":
+            raise self._blame_busy_gpu(float(msg.get("waited_s", 0)))
+        if msg.get("op") != "prepared":
+            self._raise_worker_error(msg, worker)
+        for key, phase in (("poison_s", "rounds_poison"), ("quiet_wait_s", "rounds_quiet")):
+            if isinstance(msg.get(key), float) and 0.0 <= msg[key] < PREPARE_TIMEOUT_S:
+                self.round_phases[phase] += msg[key]  # the worker's own report: a diagnostic, never a score
+        if isinstance(msg.get("quiet_wait_s"), float) and msg["quiet_wait_s"] > QUIET_NOTE_S:
+            self.quiet_waits.append(msg["quiet_wait_s"])
+
+    def _write_inputs(self, role: str, plan: RoundPlan) -> None:
+        """A round's inputs into the worker's input slots (the caller synchronises)."""
+        arena = self.arenas[role, "in"]
+        for v, slot in zip(plan.inputs, plan.calls[role].in_slots, strict=True):
+            if slot is not None:
+                arena.view(slot).copy_(v)
+
+    def _run_block(self, plans: list[RoundPlan]) -> None:
+        """A batch of correctness rounds as one block per worker (``ScoreConfig.correctness_block``).
+
+        Each worker runs all of the batch's calls in one exchange (``_run_block_calls``), the two
+        workers in an order drawn per block, instead of one exchange per call: the exchange (two
+        round trips, four stop/continue signals, synchronisations across three CUDA contexts)
+        costs more than a small kernel's call. Why the guarantees hold:
+
+        * a block's inputs are all in the candidate's memory from before its first call to after
+          its last, so it could read ahead and start on later rounds early; that can only speed
+          up calls whose times are never used for the score (block rounds are checked, never timed);
+          writing into them is caught as writing into its own input is (the input check after
+          the batch, and outputs compared with the reference's for the judge's pristine copy);
+        * every output is still compared against the reference worker's output for the same input
+          (block rounds are correctness rounds: all audited, after the batch as before);
+        * the reference and the candidate still run in separate processes, the candidate's
+          stopped while the reference's block runs;
+        * output slots are still poisoned (NaN) before their round, and every call is preceded by
+          the same preparation (free memory poisoned, L2 reset, synchronisation) and followed by the
+          same structure, aliasing and persistence checks as a lone call;
+        * a candidate that counts its calls could always tell correctness rounds from timed ones;
+          behaving differently in the timed rounds is what their audits catch, blocks or not.
+
+        Bounded twice: each call by the per-call bound, from the worker's reported times; the whole
+        block by the sum of its calls' bounds, by the judge's clock (a hung call ends the block there)."""
+        cfg = self.config
+        per_call = self._call_limit_s() + ROUND_SLACK_S
+        bounds = {CANDIDATE: per_call,
+                  REFERENCE: max(per_call, 2 * self.t_ref_est + ROUND_SLACK_S + cfg.min_call_timeout_s)}
+        first = plans[0].first
+        for plan in plans:
+            plan.first = first  # whose block ran first (what a saved structure failure looks at)
+        results: dict[str, list[dict[str, Any]]] = {}
+        for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
+            t_step = time.monotonic()
+            results[role] = self._run_block_calls(role, plans, bounds[role])
+            self.round_phases["rounds_exchange"] += time.monotonic() - t_step
+            self.round_phases["rounds_calls"] += sum(res["t"] for res in results[role]) / 1e9
+        for k, plan in enumerate(plans):  # in round order, as lone calls are checked
+            plan.times = {role: results[role][k] for role in (REFERENCE, CANDIDATE)}
+            t_cand = plan.times[CANDIDATE]["t"]
+            if t_cand / 1e9 > self._call_limit_s():
+                raise Verdicted(Verdict.TIMEOUT, (
+                    f"correctness round {plan.r} (in a block): a call took {t_cand / 1e6:.1f} ms, more than the "
+                    f"per-call bound of {self._call_limit_s():.3g} s ({cfg.timeout_factor:g}x the reference's "
+                    f"{self.t_ref_est * 1e3:.3f} ms, at least {cfg.min_call_timeout_s:g} s)"))
+            self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * plan.times[REFERENCE]["t"] / 1e9
+
+    def _run_block_calls(self, role: str, plans: list[RoundPlan], per_call: float) -> list[dict[str, Any]]:
+        """One worker's part of a correctness block: prepare_block (the first call's preparation),
+        then every round's inputs written, then go; the worker runs the rounds in order and replies
+        once. Returns the per-round results, checked against the rounds sent."""
+        worker = self.ref if role == REFERENCE else self.cand
+        phases = self.round_phases
+        rounds = [plan.r for plan in plans]
+        span = f"correctness rounds {rounds[0]} to {rounds[-1]}" if len(rounds) > 1 else f"correctness round {rounds[0]}"
+        message = {"op": "prepare_block", "rounds": [
+            {"r": plan.r, "in": plan.calls[role].prepare["in"], "out": plan.calls[role].prepare["out"]}
+            for plan in plans]}
+        self._resume(role)
+        try:
+            t0 = time.perf_counter()
+            wire.send_json(worker.conn, message)
+            msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {span}")
+            self._stop(role)  # stopped while the block's inputs are written
+            t1 = time.perf_counter()
+            phases["rounds_prepare"] += t1 - t0
+            self._note_prepared(msg, worker)
+            for plan in plans:
+                self._write_inputs(role, plan)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self._resume(role)
+            phases["rounds_write"] += time.perf_counter() - t1
+            sent = time.perf_counter()
+            wire.send_json(worker.conn, {"op": "go"})
+            # On the judge's clock: a call that hangs ends here, killed, as TIMEOUT (the candidate)
+            # or INFRA_ERROR (the reference).
+            res = self._recv(worker, len(plans) * per_call,
+                             f"{span} (one block of {len(plans)} calls, at most {per_call:.3g} s each)")
+            # The preparations before the block's later calls are in here, not in rounds_prepare.
+            phases["rounds_go"] += time.perf_counter() - sent
+        finally:
+            self._stop(role)
+        if res.get("op") != "block":
+            failing = next((plan for plan in plans if plan.r == res.get("round")), None)
+            if role == CANDIDATE and res.get("kind") == "structure" and failing is not None:
+                self._save_structure_failure(failing, str(res.get("detail", ""))[:2000])
+            self._raise_worker_error(res, worker)
+        results = block_results(res, rounds)
+        if role == CANDIDATE:
+            self._check_contained(worker)
+        return results
 
     def _blame_busy_gpu(self, waited_s: float) -> Verdicted:
         """The reference worker found the GPU busy before its call, with the candidate's process
@@ -895,6 +1014,11 @@ class Judge:
         # standby judge of this device may still be starting up, so those rounds are only checked.
         counted_from: float | None = start if self._hold is None else None
         set_aside = 0
+        # Correctness rounds run in blocks: checked, never timed. With any, the timed rounds all
+        # come after correctness, so the timing budget counts from there (budget_from).
+        in_blocks = 0
+        blocks = self.block_rounds
+        budget_from: float | None = None
         stable = True
         acc = self.round_phases
         while True:
@@ -904,32 +1028,36 @@ class Judge:
             t_step = time.monotonic()
             plans = self._plan_batch(r, n_correct)
             acc["rounds_inputs"] += time.monotonic() - t_step
-            for plan in plans:
-                warm = plan.r < max(cfg.warmup_rounds, 1)
-                times: dict[str, dict[str, Any]] = {}
-                for role in ((REFERENCE, CANDIDATE) if plan.first == REFERENCE else (CANDIDATE, REFERENCE)):
-                    limit = self._call_limit_s() + ROUND_SLACK_S
-                    if role == REFERENCE:
-                        limit = max(limit, 2 * self.t_ref_est + ROUND_SLACK_S + cfg.min_call_timeout_s)
-                    elif warm:
-                        limit += allowance
-                    t_step = time.monotonic()
-                    times[role] = self._run_call(role, plan, limit)
-                    acc["rounds_exchange"] += time.monotonic() - t_step
-                    acc["rounds_calls"] += times[role]["t"] / 1e9
-                t_ref, t_cand = times[REFERENCE]["t"], times[CANDIDATE]["t"]
-                over = t_cand / 1e9 - self._call_limit_s()
-                if warm and over > allowance:
-                    raise Verdicted(Verdict.TIMEOUT, f"round {plan.r}: the calls before the first timed round "
-                                    f"took more than the per-call bound ({self._call_limit_s():.3g} s) plus the "
-                                    f"first-call allowance ({cfg.first_call_timeout_s:g} s in all)")
-                if warm:
-                    allowance -= max(0.0, over)
-                elif over > 0:
-                    raise Verdicted(Verdict.TIMEOUT, f"a call took {t_cand / 1e6:.1f} ms, more than "
-                                    f"{cfg.timeout_factor:g}x the reference's {self.t_ref_est * 1e3:.3f} ms")
-                self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t_ref / 1e9
-                plan.times = times
+            if plans[0].r in blocks:  # _plan_batch keeps a batch on one side of the blocks' edges
+                self._run_block(plans)
+                in_blocks += len(plans)
+            else:
+                for plan in plans:
+                    warm = plan.r < max(cfg.warmup_rounds, 1)
+                    times: dict[str, dict[str, Any]] = {}
+                    for role in ((REFERENCE, CANDIDATE) if plan.first == REFERENCE else (CANDIDATE, REFERENCE)):
+                        limit = self._call_limit_s() + ROUND_SLACK_S
+                        if role == REFERENCE:
+                            limit = max(limit, 2 * self.t_ref_est + ROUND_SLACK_S + cfg.min_call_timeout_s)
+                        elif warm:
+                            limit += allowance
+                        t_step = time.monotonic()
+                        times[role] = self._run_call(role, plan, limit)
+                        acc["rounds_exchange"] += time.monotonic() - t_step
+                        acc["rounds_calls"] += times[role]["t"] / 1e9
+                    t_ref, t_cand = times[REFERENCE]["t"], times[CANDIDATE]["t"]
+                    over = t_cand / 1e9 - self._call_limit_s()
+                    if warm and over > allowance:
+                        raise Verdicted(Verdict.TIMEOUT, f"round {plan.r}: the calls before the first timed round "
+                                        f"took more than the per-call bound ({self._call_limit_s():.3g} s) plus the "
+                                        f"first-call allowance ({cfg.first_call_timeout_s:g} s in all)")
+                    if warm:
+                        allowance -= max(0.0, over)
+                    elif over > 0:
+                        raise Verdicted(Verdict.TIMEOUT, f"a call took {t_cand / 1e6:.1f} ms, more than "
+                                        f"{cfg.timeout_factor:g}x the reference's {self.t_ref_est * 1e3:.3f} ms")
+                    self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t_ref / 1e9
+                    plan.times = times
             # Audits run only now, with both workers idle: judge work on the device never
             # overlaps a timed call.
             for plan in plans:
@@ -942,6 +1070,8 @@ class Judge:
                     if c.rel_l2_error >= worst.rel_l2_error:
                         worst = c
                         self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
+                if plan.r in blocks:
+                    continue  # checked above; its inputs were written before its block: never timed
                 if plan.r >= cfg.warmup_rounds and not counted:
                     set_aside += 1  # checked above; its times are not used
                 elif plan.r >= cfg.warmup_rounds:
@@ -974,13 +1104,15 @@ class Judge:
             if timing_start is None:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
+            if budget_from is None:
+                budget_from = max(counted_from or start, timing_start) if blocks else (counted_from or start)
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
             exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
             exchange_charge = exchange_excess if cfg.exchange_charged else 0
             charge = max(pre_charge, exchange_charge)
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
-            d = decide(stats, elapsed_s=time.monotonic() - (counted_from or start), budget_s=cfg.timing_budget_s,
+            d = decide(stats, elapsed_s=time.monotonic() - budget_from, budget_s=cfg.timing_budget_s,
                        min_rounds=cfg.min_timed_rounds, target_ci=cfg.target_ci,
                        max_bucket_variance=cfg.max_bucket_variance,
                        remeasures_left=MAX_REMEASURES - remeasured)
@@ -1000,6 +1132,7 @@ class Judge:
             raw_speedup=stats.score,
             ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
             audited_rounds=audited, seconds=time.monotonic() - start, set_aside_rounds=set_aside,
+            block_rounds=in_blocks,
             pre_call_ref_us_median=statistics.median(pre_ref_all) / 1e3,
             pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=pre_charge / 1e3,
             untimed_ref_us_median=statistics.median(untimed_ref_all) / 1e3,
@@ -1135,7 +1268,8 @@ class Judge:
         isolation = msg.get("isolation", [])
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
-        self.evidence.isolation = [ISOLATION_NOTE, *(x[:ISOLATION_NOTE_CHARS] for x in isolation[:16]), *self._cgroup_notes]
+        notes = [ISOLATION_NOTE, *([BLOCK_NOTE] if self.block_rounds else [])]
+        self.evidence.isolation = [*notes, *(x[:ISOLATION_NOTE_CHARS] for x in isolation[:16]), *self._cgroup_notes]
 
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         raise Verdicted(*worker_error_verdict(msg, worker.role))
@@ -1223,6 +1357,30 @@ def reference_alias_facts(first_out: Any, second_out: Any, second_inputs: list[A
     in_spans = [data_span(a) for a in second_inputs if isinstance(a, torch.Tensor)]
     return {"ref_persists": any(storage_span(o)[0] in firsts for o in seconds),
             "ref_aliases_input": any(overlaps(storage_span(o), in_spans) for o in seconds)}
+
+
+def correctness_block_rounds(cfg: ScoreConfig) -> range:
+    """The rounds that run in correctness blocks: the correctness rounds after the warm-up (whose
+    calls keep the one-call protocol and share the first-call allowance); none when off."""
+    return range(max(cfg.warmup_rounds, 1), cfg.num_correctness_inputs) if cfg.correctness_block else range(0)
+
+
+def check_round_result(res: Any, r: int) -> None:
+    """One call's result as a worker reported it: round ``r``'s, with a positive call time and a
+    non-negative pre-call time; anything else is a protocol violation."""
+    if _int(res, "r") != r or _int(res, "t") <= 0 or _int(res, "pre") < 0:
+        raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: round results do not match the rounds sent")
+
+
+def block_results(reply: dict[str, Any], rounds: list[int]) -> list[dict[str, Any]]:
+    """A worker's ``block`` reply checked against the rounds sent: exactly one result per round, in
+    the order sent, each as ``check_round_result`` wants it; anything else is a protocol violation."""
+    results = reply.get("rounds")
+    if not isinstance(results, list) or len(results) != len(rounds):
+        raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: block results do not match the rounds sent")
+    for res, r in zip(results, rounds, strict=True):
+        check_round_result(res, r)
+    return results
 
 
 def _int(d: Any, key: str) -> int:

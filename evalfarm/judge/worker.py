@@ -18,7 +18,9 @@ steps: ``prepare`` (poison, demote, synchronise; on the reference's side on a GP
 other work runs on the device), after which the judge writes the call's inputs, and ``go``
 (flush, synchronise, call). The flush-and-synchronise before the call is the one moment the
 inputs are visible untimed; its duration is reported, and the judge charges the candidate for
-any excess over the reference's.
+any excess over the reference's. A correctness block (``prepare_block``, then ``go``) runs several
+rounds' calls in one exchange, their inputs all written before it, each call prepared as above;
+its times are never used for the score.
 
 The candidate worker also checks, outside the timed calls and identically in every round,
 that its outputs have exactly the expected type, shape, dtype and device, and that they are
@@ -251,14 +253,14 @@ class Worker:
         while True:
             msg = self.wire.recv_json(self.conn, None)
             op = msg.get("op")
-            if op == "prepare":
+            if op in ("prepare", "prepare_block"):
                 pending = msg
                 self.send(self.prepare())
             elif op == "go" and pending is not None:
-                reply = self.run_call(pending)
+                reply = self.run_block(pending) if pending["op"] == "prepare_block" else self.run_call(pending)
                 pending = None
                 self.send(reply)
-                if reply["op"] != "round":
+                if reply["op"] not in ("round", "block"):
                     break
             elif op == "quiet" and self._quiet_limit_s is not None:
                 # The judge asks again after killing the candidate's process: is the GPU quiet now?
@@ -329,16 +331,8 @@ class Worker:
     def prepare(self) -> dict[str, Any]:
         """Everything before a timed call that need not follow the inputs: it runs before the
         judge writes them, so none of it can see them."""
-        self._released = []  # outputs of two calls ago: freed before the poisoning, not after a call
         start = _perf_ns()
-        if self._poison is not None:
-            try:
-                self._poison()
-            except BaseException:  # noqa: BLE001 - fail closed: no unpoisoned call is ever timed
-                self.fail("infra", "poisoning free memory failed:\n" + traceback.format_exc())
-        if self._reset_l2 is not None:  # persisting lines become normal, so the flush evicts them
-            self._reset_l2()
-        self._sync()
+        self._prepare_memory()
         # How long the poisoning, the L2 reset and their sync took (the judge's round phases).
         reply: dict[str, Any] = {"op": "prepared", "poison_s": (_perf_ns() - start) / 1e9}
         if self._quiet_limit_s is not None:
@@ -347,6 +341,19 @@ class Worker:
                 return {"op": "busy", "waited_s": waited}
             reply["quiet_wait_s"] = waited
         return reply
+
+    def _prepare_memory(self) -> None:
+        """Free memory poisoned, persisting L2 lines demoted, the device synchronised: before every
+        call, in a correctness block too."""
+        self._released = []  # outputs of two calls ago: freed before the poisoning, not after a call
+        if self._poison is not None:
+            try:
+                self._poison()
+            except BaseException:  # noqa: BLE001 - fail closed: no unpoisoned call is ever timed
+                self.fail("infra", "poisoning free memory failed:\n" + traceback.format_exc())
+        if self._reset_l2 is not None:  # persisting lines become normal, so the flush evicts them
+            self._reset_l2()
+        self._sync()
 
     def _timed(self, fn: Any, args: list[Any]) -> tuple[Any, int, float | None, int]:
         """(output, call ns, CUDA-event us, pre-call ns). Before the call, the L2 is flushed from this
@@ -405,6 +412,22 @@ class Worker:
             return {"op": "error", "kind": "infra" if self.role == REFERENCE else _error_kind(err), "round": r,
                     "detail": f"reading the output failed: {type(err).__name__}: {err}"}
         return {"op": "round", "r": r, "t": t, "e": ev, "pre": pre, "strides": layouts}
+
+    def run_block(self, block: dict[str, Any]) -> dict[str, Any]:
+        """A correctness block: its rounds in order, each exactly as ``run_call`` runs one (the
+        timed call, the structure and aliasing checks, the output copied out), each call after the
+        first preceded by the preparation ``prepare`` made for the first (poisoning, L2 reset,
+        synchronisation; the reference's quiet-GPU wait only once, before the block). One reply
+        for the block, or the first round's error as ``run_call`` reports it (its round named)."""
+        results = []
+        for k, rd in enumerate(block.get("rounds") or []):
+            if k:
+                self._prepare_memory()
+            reply = self.run_call(rd)
+            if reply["op"] != "round":
+                return reply
+            results.append({key: value for key, value in reply.items() if key != "op"})
+        return {"op": "block", "rounds": results}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One extra, untimed call under the torch profiler (evalfarm.judge.profiling), asked for

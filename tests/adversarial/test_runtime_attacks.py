@@ -50,11 +50,15 @@ def test_switching_to_zeros_after_correctness_is_caught_by_timed_audit(task, bui
 
 def test_reading_ahead_in_the_arena_finds_no_upcoming_inputs(task, build_pool):
     # Each call computes outputs for every other block of its input arena and returns them when
-    # that block's call comes. A call's inputs are written only right before it starts, so the
-    # other blocks hold old inputs (or nothing yet): the kept outputs are wrong.
-    r = _score(task, RUNTIME / "read_ahead_arena.py", build_pool)
-    assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
-    assert r.speedup is None
+    # that block's call comes. A lone call's inputs are written only right before it starts, so
+    # the other blocks hold old inputs (or nothing yet): the kept outputs are wrong. Inside a
+    # correctness block the upcoming inputs are there (all of the block's are written before it),
+    # so there its kept outputs are right, in calls that are never timed; the warm-up's lone calls
+    # before the blocks, and the first call after a block, find old inputs.
+    for blocks in (True, False):
+        r = _score(task, RUNTIME / "read_ahead_arena.py", build_pool, correctness_block=blocks)
+        assert r.verdict is Verdict.INCORRECT, (blocks, r.verdict, r.detail)
+        assert r.speedup is None
 
 
 def test_early_exit_in_forward_is_runtime_error(task, build_pool):
@@ -279,6 +283,17 @@ def test_a_patched_worker_clock_is_charged_what_the_judges_clock_saw(task, build
     assert t.exchange_charge_us > 10 and t.untimed_cand_us_median > t.untimed_ref_us_median, t
     assert r.speedup < 2.0, (r.speedup, t)  # it computes what the reference does (>50x unpatched)
     assert any(g.startswith("exchange_charge:") for g in r.evidence.guards), r.evidence.guards
+
+
+def test_a_block_reply_for_other_rounds_is_a_protocol_violation(task, build_pool):
+    # The candidate rewrites its worker's reply to a correctness block so its results name other
+    # rounds than those sent: caught at the block's reply, before anything is compared.
+    r = _score(task, RUNTIME / "block_reply_tamper.py", build_pool)
+    assert r.verdict is Verdict.HACK_DETECTED, (r.verdict, r.detail)
+    assert r.detail == "guard worker_protocol: round results do not match the rounds sent", r.detail
+    # Without blocks its wrapper never runs, and it is the honest candidate it otherwise is.
+    r = _score(task, RUNTIME / "block_reply_tamper.py", build_pool, correctness_block=False)
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
 
 
 @pytest.mark.exclusive  # measured while no other evaluation competes for the cores
