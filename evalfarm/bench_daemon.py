@@ -160,6 +160,8 @@ def run_stream(client: Any, stream: list[StreamItem], options: dict[str, Any], t
                 "sample_id": res.sample_id, "task": it.task, "variant": it.variant, "kind": it.kind,
                 "verdict": res.verdict.value, "speedup": res.speedup, "latency_s": time.monotonic() - t_sent,
                 "phases_s": dict(ev.phases_s), "seconds": ev.timing.seconds if ev.timing else None,
+                "block_rounds": ev.timing.block_rounds if ev.timing else None,
+                "timed_rounds": ev.timing.rounds if ev.timing else None,
                 "build_s": sum(float(e.get("seconds", 0) or 0) for e in ev.build.get("extensions", [])
                                if isinstance(e, dict) and not e.get("cache_hit")),
                 "done_at": time.monotonic(),
@@ -230,6 +232,8 @@ def markdown(s: dict[str, Any]) -> str:
     cut = ", interrupted: the candidates that finished" if s.get("interrupted") else ""
     warm = s.get("warm_judges")
     warm_note = "" if warm is None else f", --warm-judges {warm}"
+    if s.get("correctness_block") is False:
+        warm_note += ", correctness blocks off"
     lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s{warm_note}{cut})", "",
              "| candidates/min | per slot | latency median s | latency p95 s | evaluation median s | "
              "evaluation p95 s | GPU busy | queue depth max |", "|---|---|---|---|---|---|---|---|",
@@ -265,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-every", type=float, default=1.0, help="seconds between queue/GPU samples")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for any one result")
     ap.add_argument("--out", type=Path, default=Path("bench-daemon"), help="directory for the JSON and Markdown")
+    ap.add_argument("--no-correctness-block", dest="correctness_block", action="store_false",
+                    help="score every correctness round with its own exchange (ScoreConfig.correctness_block off)")
     ap.add_argument("--warm-judges", type=int, default=None,
                     help="the local daemon's --warm-judges (default: the daemon's own default)")
     args = ap.parse_args(argv)
@@ -276,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                "timing_budget_s": args.budget or (10.0 if gpu else 0.5)}
     if not gpu:
         options["size_profile"] = "small"
+    if not args.correctness_block:
+        options["correctness_block"] = False
     stream = build_stream("cuda" if gpu else "cpu", args.candidates, args.group)
     args.out.mkdir(parents=True, exist_ok=True)
     daemon = None
@@ -316,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(rows, wall, sampler, cv, args.device)
     summary["interrupted"] = interrupted
     summary["warm_judges"] = args.warm_judges
+    summary["correctness_block"] = args.correctness_block
     (args.out / "bench_daemon.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     text = markdown(summary)
     (args.out / "bench_daemon.md").write_text(text)

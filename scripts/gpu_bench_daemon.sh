@@ -4,6 +4,8 @@
 # A local daemon with every GPU (one slot each) scores the stream with 1000 correctness inputs and
 # a 10 s timing budget, once per --warm-judges setting (judges started on demand, then started
 # ahead), side by side; each run's bench_daemon.{json,md} and daemon log go to $OUT/warm<N>/.
+# BLOCKS="on off" runs each setting with correctness blocks on, then off (ScoreConfig.correctness_block),
+# into $OUT/warm<N>-blocks-<on|off>/.
 set -uo pipefail
 n=${1:-80}
 g=${2:-8}
@@ -11,12 +13,21 @@ limit=${3:-270}
 settings=${4:-"0 1"}
 source scripts/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/gpu.txt"
+runs=()
 for w in $settings; do
-  mkdir -p "$OUT/warm$w"
-  timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
-    --rescore 3 --repeats 3 --warm-judges "$w" --out "$OUT/warm$w" > "$OUT/warm$w/bench_daemon.log" 2>&1
-  echo "bench-daemon --warm-judges $w exit code: $?" | tee -a "$OUT/gpu.txt"
+  if [[ -z ${BLOCKS:-} ]]; then runs+=("$w:"); else for b in $BLOCKS; do runs+=("$w:$b"); done; fi
 done
-for w in $settings; do
-  cat "$OUT/warm$w/bench_daemon.md" 2>/dev/null || tail -n 30 "$OUT/warm$w/bench_daemon.log"
+for run in "${runs[@]}"; do
+  w=${run%%:*}; b=${run#*:}
+  dir="$OUT/warm$w${b:+-blocks-$b}"
+  mkdir -p "$dir"
+  flag=(); [[ $b == off ]] && flag=(--no-correctness-block)
+  timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
+    --rescore 3 --repeats 3 --warm-judges "$w" "${flag[@]}" --out "$dir" > "$dir/bench_daemon.log" 2>&1
+  echo "bench-daemon --warm-judges $w ${flag[*]} exit code: $?" | tee -a "$OUT/gpu.txt"
+done
+for run in "${runs[@]}"; do
+  w=${run%%:*}; b=${run#*:}
+  dir="$OUT/warm$w${b:+-blocks-$b}"
+  cat "$dir/bench_daemon.md" 2>/dev/null || tail -n 30 "$dir/bench_daemon.log"
 done
