@@ -99,7 +99,10 @@ def test_kernel_that_never_ends_is_timeout_and_the_device_recovers(relu_task, da
     assert ok.verdict is Verdict.OK, ok.detail
     assert 0.7 <= ok.speedup <= 1.4, ok.evidence.timing  # torch's relu against itself (short budget: loose)
     # Well inside the kernel's own 120 s safety valve: the kill, not the valve, freed the device.
-    assert time.monotonic() - t0 < 100
+    # Time spent waiting for the GPU's lease (other evaluations of a parallel test run) is not
+    # this evaluation's.
+    waited = sum(x.evidence.phases_s.get("gpu_lease_wait", 0.0) for x in (r, ok))
+    assert time.monotonic() - t0 - waited < 100, waited
 
 
 def test_side_stream_created_in_cpp_is_timed_and_the_gap_reported(relu_task, build_pool):
