@@ -112,8 +112,9 @@ class ScoreConfig:
     # num_correctness_inputs) run a batch at a time, one exchange per worker per batch instead of one
     # per call (evalfarm.judge.judge, "correctness blocks"): all of a block's inputs are written
     # before it starts, so its calls' times are never used for the score (only checked, and counted
-    # as timing.block_rounds); the score's timed rounds all come after correctness. False: every
-    # round is one call whose inputs are written right before it starts.
+    # as timing.block_rounds); the score's timed rounds all come after correctness. Used only
+    # where a batch holds at least 8 rounds (small inputs and outputs: judge.MIN_BLOCK_ROUNDS).
+    # False: every round is one call whose inputs are written right before it starts.
     correctness_block: bool = True
 
     def __post_init__(self) -> None:

@@ -98,11 +98,15 @@ def decide(
     target_ci: float,
     max_bucket_variance: float,
     remeasures_left: int,
+    min_rounds_first: bool = False,
 ) -> StopDecision:
-    """Whether to stop measuring, given the rounds so far and the time used."""
+    """Whether to stop measuring, given the rounds so far and the time used.
+
+    ``min_rounds_first``: the minimum rounds are collected even after the budget ran out (for
+    an evaluation whose correctness rounds gave no timing samples and may have used the budget)."""
     out_of_time = elapsed_s >= budget_s
     if stats is None or stats.rounds < min_rounds:
-        if out_of_time:
+        if out_of_time and not min_rounds_first:
             return StopDecision(True, False, False, "time budget ran out before the minimum rounds")
         return StopDecision(False, True, False, "collecting")
     spread_ok = stats.relative_variance <= max_bucket_variance

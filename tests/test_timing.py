@@ -70,3 +70,14 @@ def test_decide_stops_when_ci_is_tight_and_discards_spread_early():
     d = decide(spread, elapsed_s=11.0, remeasures_left=2, **kw)
     assert d.stop and not d.stable
     assert not decide(None, elapsed_s=1.0, remeasures_left=2, **kw).stop
+
+
+def test_decide_can_collect_the_minimum_rounds_after_the_budget():
+    kw = dict(budget_s=10.0, min_rounds=70, target_ci=0.01, max_bucket_variance=0.005, remeasures_left=2)
+    few = bucket_stats([2.0] * 35, 7)
+    assert decide(few, elapsed_s=11.0, **kw).stop  # the default: out of time is out of time
+    assert not decide(few, elapsed_s=11.0, min_rounds_first=True, **kw).stop
+    assert not decide(None, elapsed_s=11.0, min_rounds_first=True, **kw).stop
+    enough = bucket_stats([2.0 + 0.5 * ((i // 10) % 2) for i in range(70)], 7)  # spread: only the budget stops it
+    assert decide(enough, elapsed_s=11.0, min_rounds_first=True, **kw).stop
+    assert not decide(enough, elapsed_s=1.0, min_rounds_first=True, **kw).stop

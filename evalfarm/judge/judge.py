@@ -74,6 +74,13 @@ log = logging.getLogger("evalfarm.judge")
 
 ARENA_BUDGET_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}
 MAX_ROUNDS_PER_BATCH = 32
+# Correctness blocks only where a batch holds at least this many rounds (tasks whose inputs and
+# outputs are small). A block saves all but one of its exchanges per worker, but its rounds give
+# no timing samples, which the one-call correctness rounds do. On an H100, L1/1 at its default
+# size (256 MiB per round, 2 rounds per batch) spent 6.5 s on 1000 correctness inputs in blocks
+# against 7.3 s without, and its fast variants then needed the whole timing budget for samples the
+# correctness rounds had given before (docs/benchmarks.md, "Correctness blocks").
+MIN_BLOCK_ROUNDS = 8
 ROUND_SLACK_S = 2.0
 MAX_REMEASURES = 2
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
@@ -558,6 +565,8 @@ class Judge:
             self.rounds_per_batch = min(self.rounds_per_batch, cfg.num_correctness_inputs)
         try:
             self.rounds_per_batch = self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
+            if self.rounds_per_batch < MIN_BLOCK_ROUNDS:
+                self.block_rounds = range(0)  # one call per exchange, as without blocks
             self.arenas = {
                 (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device),
                                              (self.ref if role == REFERENCE else self.cand).arena_fds.pop(kind, None))
@@ -1015,10 +1024,10 @@ class Judge:
         counted_from: float | None = start if self._hold is None else None
         set_aside = 0
         # Correctness rounds run in blocks: checked, never timed. With any, the timed rounds all
-        # come after correctness, so the timing budget counts from there (budget_from).
+        # come after correctness; the budget still counts from the first round, but the minimum
+        # timed rounds are collected even when correctness used it up.
         in_blocks = 0
         blocks = self.block_rounds
-        budget_from: float | None = None
         stable = True
         acc = self.round_phases
         while True:
@@ -1104,15 +1113,14 @@ class Judge:
             if timing_start is None:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
-            if budget_from is None:
-                budget_from = max(counted_from or start, timing_start) if blocks else (counted_from or start)
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
             exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
             exchange_charge = exchange_excess if cfg.exchange_charged else 0
             charge = max(pre_charge, exchange_charge)
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
-            d = decide(stats, elapsed_s=time.monotonic() - budget_from, budget_s=cfg.timing_budget_s,
+            d = decide(stats, elapsed_s=time.monotonic() - (counted_from or start), budget_s=cfg.timing_budget_s,
+                       min_rounds_first=bool(blocks),
                        min_rounds=cfg.min_timed_rounds, target_ci=cfg.target_ci,
                        max_bucket_variance=cfg.max_bucket_variance,
                        remeasures_left=MAX_REMEASURES - remeasured)
