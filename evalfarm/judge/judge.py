@@ -805,6 +805,38 @@ class Judge:
             torch.cuda.synchronize(self.device)
         return plans
 
+    def _exchange(self, role: str, prepare: dict[str, Any], plans: list[RoundPlan], what: str,
+                  limit: float) -> tuple[dict[str, Any], int]:
+        """One exchange with a worker: ``prepare`` (its own preparation, answered "prepared"), the
+        worker stopped while the inputs of ``plans`` are written, then "go" and its reply within
+        ``limit`` s. Returns the reply and the judge's nanoseconds from go to reply; the worker is
+        stopped again however the exchange ends."""
+        worker = self.ref if role == REFERENCE else self.cand
+        phases = self.round_phases
+        self._resume(role)
+        try:
+            t0 = time.perf_counter()
+            wire.send_json(worker.conn, prepare)
+            msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {what}")
+            self._stop(role)  # stopped while its inputs are written
+            t1 = time.perf_counter()
+            phases["rounds_prepare"] += t1 - t0
+            self._note_prepared(msg, worker)
+            for plan in plans:
+                self._write_inputs(role, plan)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self._resume(role)
+            phases["rounds_write"] += time.perf_counter() - t1
+            sent = time.perf_counter_ns()
+            wire.send_json(worker.conn, {"op": "go"})
+            res = self._recv(worker, limit, what)
+            go_ns = time.perf_counter_ns() - sent
+            phases["rounds_go"] += go_ns / 1e9  # a block's later calls' preparations are in here
+        finally:
+            self._stop(role)
+        return res, go_ns
+
     def _run_call(self, role: str, plan: RoundPlan, limit: float) -> dict[str, Any]:
         """One timed call in one worker: prepare, then the inputs written, then go.
 
@@ -812,28 +844,8 @@ class Judge:
         preparation (poisoning, L2 flush, synchronisation), right before the call starts, so no
         code in the candidate's process sees them outside the timed call."""
         worker = self.ref if role == REFERENCE else self.cand
-        phases = self.round_phases
-        self._resume(role)
-        try:
-            t0 = time.perf_counter()
-            wire.send_json(worker.conn, plan.calls[role].prepare)
-            msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing round {plan.r}")
-            self._stop(role)  # stopped while its inputs are written
-            t1 = time.perf_counter()
-            phases["rounds_prepare"] += t1 - t0
-            self._note_prepared(msg, worker)
-            self._write_inputs(role, plan)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            self._resume(role)
-            phases["rounds_write"] += time.perf_counter() - t1
-            sent = time.perf_counter_ns()
-            wire.send_json(worker.conn, {"op": "go"})
-            res = self._recv(worker, limit, f"round {plan.r}")
-            res["j"] = time.perf_counter_ns() - sent  # the judge's own clock, never the worker's
-            phases["rounds_go"] += res["j"] / 1e9
-        finally:
-            self._stop(role)
+        res, go_ns = self._exchange(role, plan.calls[role].prepare, [plan], f"round {plan.r}", limit)
+        res["j"] = go_ns  # the judge's own clock, never the worker's
         if res.get("op") != "round":
             if role == CANDIDATE and res.get("kind") == "structure" and plan.r < self.config.num_correctness_inputs:
                 self._save_structure_failure(plan, str(res.get("detail", ""))[:2000])
@@ -915,37 +927,15 @@ class Judge:
         then every round's inputs written, then go; the worker runs the rounds in order and replies
         once. Returns the per-round results, checked against the rounds sent."""
         worker = self.ref if role == REFERENCE else self.cand
-        phases = self.round_phases
         rounds = [plan.r for plan in plans]
         span = f"correctness rounds {rounds[0]} to {rounds[-1]}" if len(rounds) > 1 else f"correctness round {rounds[0]}"
         message = {"op": "prepare_block", "rounds": [
             {"r": plan.r, "in": plan.calls[role].prepare["in"], "out": plan.calls[role].prepare["out"]}
             for plan in plans]}
-        self._resume(role)
-        try:
-            t0 = time.perf_counter()
-            wire.send_json(worker.conn, message)
-            msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {span}")
-            self._stop(role)  # stopped while the block's inputs are written
-            t1 = time.perf_counter()
-            phases["rounds_prepare"] += t1 - t0
-            self._note_prepared(msg, worker)
-            for plan in plans:
-                self._write_inputs(role, plan)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            self._resume(role)
-            phases["rounds_write"] += time.perf_counter() - t1
-            sent = time.perf_counter()
-            wire.send_json(worker.conn, {"op": "go"})
-            # On the judge's clock: a call that hangs ends here, killed, as TIMEOUT (the candidate)
-            # or INFRA_ERROR (the reference).
-            res = self._recv(worker, len(plans) * per_call,
-                             f"{span} (one block of {len(plans)} calls, at most {per_call:.3g} s each)")
-            # The preparations before the block's later calls are in here, not in rounds_prepare.
-            phases["rounds_go"] += time.perf_counter() - sent
-        finally:
-            self._stop(role)
+        # On the judge's clock: a call that hangs ends the block there, killed, as TIMEOUT (the
+        # candidate) or INFRA_ERROR (the reference).
+        res, _ = self._exchange(role, message, plans, f"{span} (one block of {len(plans)} calls, at most "
+                                f"{per_call:.3g} s each)", len(plans) * per_call)
         if res.get("op") != "block":
             failing = next((plan for plan in plans if plan.r == res.get("round")), None)
             if role == CANDIDATE and res.get("kind") == "structure" and failing is not None:
