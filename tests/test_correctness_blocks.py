@@ -74,14 +74,15 @@ def test_a_wrong_structure_in_a_block_gets_the_same_verdict_as_without(task, dat
 
 
 def test_a_call_that_hangs_in_a_block_is_a_timeout(task, data_dir, build_pool):
-    # Rounds 1..3 form one block; its third call (round 2) never returns. The judge waits for the
-    # block as long as for its three calls one by one (each the per-call bound plus slack), then
-    # kills the candidate.
+    # Rounds 1..3 form one block; the candidate's third call (round 2, the block's second) never
+    # returns. The worker reports each call of a block as it ends, so the judge waits only the
+    # per-call bound plus slack for the hung one, then kills the candidate.
     t0 = time.monotonic()
     r = _score(task, _odd_call(data_dir, "sleep", 3, 3600.0), build_pool, num_correctness_inputs=4,
                warmup_rounds=1, min_call_timeout_s=0.1, first_call_timeout_s=1.0)
     assert r.verdict is Verdict.TIMEOUT, (r.verdict, r.detail)
-    assert "correctness rounds 1 to 3 (one block of 3 calls" in r.detail, r.detail
+    # Ended at the hung call's own bound, not the block's: the worker reports each call as it ends.
+    assert "did not finish correctness round 2 (call 2 of a block of 3, at most 2.1 s) within 2.1 s" in r.detail, r.detail
     assert time.monotonic() - t0 < 30
 
 

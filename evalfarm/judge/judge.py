@@ -806,18 +806,22 @@ class Judge:
         return plans
 
     def _exchange(self, role: str, prepare: dict[str, Any], plans: list[RoundPlan], what: str,
-                  limit: float) -> tuple[dict[str, Any], int]:
+                  limit: float, progress: list[tuple[int, str]] | None = None,
+                  preparing: str = "") -> tuple[dict[str, Any], int]:
         """One exchange with a worker: ``prepare`` (its own preparation, answered "prepared"), the
         worker stopped while the inputs of ``plans`` are written, then "go" and its reply within
-        ``limit`` s. Returns the reply and the judge's nanoseconds from go to reply; the worker is
-        stopped again however the exchange ends."""
+        ``limit`` s. ``progress`` (a block's rounds but its last, each with what to call it): a
+        "called" message is expected for each, in order, each within ``limit`` s of the one
+        before, so a call that hangs is ended at the per-call bound; anything else there is
+        taken as the reply. Returns the reply and the judge's nanoseconds from go to reply; the
+        worker is stopped again however the exchange ends."""
         worker = self.ref if role == REFERENCE else self.cand
         phases = self.round_phases
         self._resume(role)
         try:
             t0 = time.perf_counter()
             wire.send_json(worker.conn, prepare)
-            msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {what}")
+            msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {preparing or what}")
             self._stop(role)  # stopped while its inputs are written
             t1 = time.perf_counter()
             phases["rounds_prepare"] += t1 - t0
@@ -830,7 +834,14 @@ class Judge:
             phases["rounds_write"] += time.perf_counter() - t1
             sent = time.perf_counter_ns()
             wire.send_json(worker.conn, {"op": "go"})
-            res = self._recv(worker, limit, what)
+            res: dict[str, Any] | None = None
+            for r, call_what in progress or ():
+                msg = self._recv(worker, limit, call_what)
+                if msg.get("op") != "called" or _int(msg, "r") != r:
+                    res = msg  # an error report ends the block; any other message is a bad reply
+                    break
+            if res is None:
+                res = self._recv(worker, limit, what)
             go_ns = time.perf_counter_ns() - sent
             phases["rounds_go"] += go_ns / 1e9  # a block's later calls' preparations are in here
         finally:
@@ -897,8 +908,9 @@ class Judge:
         * a candidate that counts its calls could always tell correctness rounds from timed ones;
           behaving differently in the timed rounds is what their audits catch, blocks or not.
 
-        Bounded twice: each call by the per-call bound, from the worker's reported times; the whole
-        block by the sum of its calls' bounds, by the judge's clock (a hung call ends the block there)."""
+        Bounded twice: each call by the per-call bound, from the worker's reported times, and on
+        the judge's clock, from the "called" message the worker sends after each call but the last
+        (a hung call ends the block at its own bound)."""
         cfg = self.config
         per_call = self._call_limit_s() + ROUND_SLACK_S
         bounds = {CANDIDATE: per_call,
@@ -932,10 +944,14 @@ class Judge:
         message = {"op": "prepare_block", "rounds": [
             {"r": plan.r, "in": plan.calls[role].prepare["in"], "out": plan.calls[role].prepare["out"]}
             for plan in plans]}
-        # On the judge's clock: a call that hangs ends the block there, killed, as TIMEOUT (the
-        # candidate) or INFRA_ERROR (the reference).
-        res, _ = self._exchange(role, message, plans, f"{span} (one block of {len(plans)} calls, at most "
-                                f"{per_call:.3g} s each)", len(plans) * per_call)
+        # On the judge's clock, call by call (the worker says "called" after each but the last): a
+        # call that hangs is killed at the per-call bound, as TIMEOUT (the candidate) or
+        # INFRA_ERROR (the reference).
+        n = len(plans)
+        whats = [f"correctness round {r} (call {k + 1} of a block of {n}, at most {per_call:.3g} s)"
+                 for k, r in enumerate(rounds)]
+        res, _ = self._exchange(role, message, plans, whats[-1], per_call, list(zip(rounds[:-1], whats, strict=False)),
+                                preparing=span)
         if res.get("op") != "block":
             failing = next((plan for plan in plans if plan.r == res.get("round")), None)
             if role == CANDIDATE and res.get("kind") == "structure" and failing is not None:

@@ -417,11 +417,15 @@ class Worker:
         """A correctness block: its rounds in order, each exactly as ``run_call`` runs one (the
         timed call, the structure and aliasing checks, the output copied out), each call after the
         first preceded by the preparation ``prepare`` made for the first (poisoning, L2 reset,
-        synchronisation; the reference's quiet-GPU wait only once, before the block). One reply
-        for the block, or the first round's error as ``run_call`` reports it (its round named)."""
+        synchronisation; the reference's quiet-GPU wait only once, before the block). A "called"
+        message after each call but the last (the judge bounds every call, not only the block),
+        then one reply for the block, or the first round's error as ``run_call`` reports it (its
+        round named)."""
         results = []
-        for k, rd in enumerate(block.get("rounds") or []):
+        rounds = block.get("rounds") or []
+        for k, rd in enumerate(rounds):
             if k:
+                self.send({"op": "called", "r": results[-1]["r"]})  # the judge bounds each call
                 self._prepare_memory()
             reply = self.run_call(rd)
             if reply["op"] != "round":

@@ -296,6 +296,14 @@ def test_a_block_reply_for_other_rounds_is_a_protocol_violation(task, build_pool
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
 
 
+def test_a_block_progress_report_for_another_round_is_a_protocol_violation(task, build_pool):
+    # The candidate's worker reports each call of a block as done one round ahead: the judge
+    # takes the first report that is not the next round's as the block's reply, and rejects it.
+    r = _score(task, RUNTIME / "block_progress_tamper.py", build_pool)
+    assert r.verdict is Verdict.HACK_DETECTED, (r.verdict, r.detail)
+    assert r.detail.startswith("guard worker_protocol: unexpected message {'op': 'called'"), r.detail
+
+
 @pytest.mark.exclusive  # measured while no other evaluation competes for the cores
 def test_an_honest_candidate_shows_no_exchange_excess(task, data_dir, build_pool):
     # Both workers do the same work outside their calls (output copy and checks every round), so
