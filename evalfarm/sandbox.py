@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from evalfarm import procfs
+
 # Variables a candidate process keeps; everything else (tokens, credentials) is dropped.
 # EVALFARM_WORKER_POISON is the operator's switch for the worker's free-memory poisoning
 # (evalfarm/judge/poison.py: "1" everywhere, "0" nowhere, unset = CUDA only; recorded in the evidence).
@@ -44,11 +46,12 @@ class Limits:
 
 
 def mapped_bytes() -> int:
-    """The calling process's address space in use now (VmSize), or 0 where /proc cannot say."""
+    """The calling process's address space in use now (``vsize`` of /proc/self/stat, VmSize), or 0
+    where /proc cannot say."""
+    fields = procfs.stat_fields("self")
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[0]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
+        return int(fields[20]) if fields else 0  # field 23 in ``man 5 proc``
+    except (ValueError, IndexError):
         return 0
 
 
@@ -58,9 +61,9 @@ def address_space_limit(memory_bytes: int) -> tuple[int, str]:
 
     An address-space limit counts every mapping, and a CUDA build of torch maps several GiB of
     libraries at import whether or not the device is used. A fixed 16 GiB limit then left a CPU
-    evaluation on a GPU host too little room to map the stacks of OpenMP threads ("libgomp:
-    Thread creation failed: Resource temporarily unavailable") where the same task ran on a
-    CPU-only host. Counting from what the trusted start-up mapped gives the task and the
+    evaluation on a GPU host too little room for OpenMP to start its threads ("libgomp: Thread
+    creation failed: Resource temporarily unavailable") where the same task ran on a CPU-only
+    host. Counting from what the trusted start-up mapped gives the task and the
     candidate the same room on every host."""
     base = mapped_bytes()
     return base + memory_bytes, (f"address space limit {(base + memory_bytes) >> 20} MiB: "
