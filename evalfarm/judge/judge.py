@@ -753,6 +753,15 @@ class Judge:
     # Stopping the candidate keeps it from computing ahead, or competing with the reference, while
     # it is not being timed; stopping the reference too keeps the protocol the same for both (an
     # idle worker's spinning thread pool would otherwise take cores from the other's call on CPU).
+    def _wait_bound(self, role: str) -> float:
+        """How long the judge waits for one call of ``role`` on its own clock: the per-call bound
+        plus slack, and for the reference at least twice its estimated time plus the smallest
+        bound (a slow reference call is the farm's problem, never the candidate's)."""
+        limit = self._call_limit_s() + ROUND_SLACK_S
+        if role == REFERENCE:
+            limit = max(limit, 2 * self.t_ref_est + ROUND_SLACK_S + self.config.min_call_timeout_s)
+        return limit
+
     def _stop(self, role: str) -> None:
         worker = self.ref if role == REFERENCE else self.cand
         if role not in self._stopped and worker.signal_group(signal.SIGSTOP):
@@ -858,13 +867,19 @@ class Judge:
         res, go_ns = self._exchange(role, plan.calls[role].prepare, [plan], f"round {plan.r}", limit)
         res["j"] = go_ns  # the judge's own clock, never the worker's
         if res.get("op") != "round":
-            if role == CANDIDATE and res.get("kind") == "structure" and plan.r < self.config.num_correctness_inputs:
-                self._save_structure_failure(plan, str(res.get("detail", ""))[:2000])
-            self._raise_worker_error(res, worker)
+            self._raise_call_error(role, res, plan)
         check_round_result(res, plan.r)
         if role == CANDIDATE:
             self._check_contained(worker)
         return res
+
+    def _raise_call_error(self, role: str, res: dict[str, Any], plan: RoundPlan | None) -> None:
+        """A worker's failed call as its verdict; a candidate's wrong output structure in a
+        correctness round (``plan``, the round the report names) is saved as a failing input first."""
+        if (role == CANDIDATE and res.get("kind") == "structure" and plan is not None
+                and plan.r < self.config.num_correctness_inputs):
+            self._save_structure_failure(plan, str(res.get("detail", ""))[:2000])
+        self._raise_worker_error(res, self.ref if role == REFERENCE else self.cand)
 
     def _note_prepared(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         """A worker's answer to prepare (or prepare_block): go on only when it is ready."""
@@ -912,16 +927,13 @@ class Judge:
         the judge's clock, from the "called" message the worker sends after each call but the last
         (a hung call ends the block at its own bound)."""
         cfg = self.config
-        per_call = self._call_limit_s() + ROUND_SLACK_S
-        bounds = {CANDIDATE: per_call,
-                  REFERENCE: max(per_call, 2 * self.t_ref_est + ROUND_SLACK_S + cfg.min_call_timeout_s)}
         first = plans[0].first
         for plan in plans:
             plan.first = first  # whose block ran first (what a saved structure failure looks at)
         results: dict[str, list[dict[str, Any]]] = {}
         for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
             t_step = time.monotonic()
-            results[role] = self._run_block_calls(role, plans, bounds[role])
+            results[role] = self._run_block_calls(role, plans, self._wait_bound(role))
             self.round_phases["rounds_exchange"] += time.monotonic() - t_step
             self.round_phases["rounds_calls"] += sum(res["t"] for res in results[role]) / 1e9
         for k, plan in enumerate(plans):  # in round order, as lone calls are checked
@@ -953,10 +965,7 @@ class Judge:
         res, _ = self._exchange(role, message, plans, whats[-1], per_call, list(zip(rounds[:-1], whats, strict=False)),
                                 preparing=span)
         if res.get("op") != "block":
-            failing = next((plan for plan in plans if plan.r == res.get("round")), None)
-            if role == CANDIDATE and res.get("kind") == "structure" and failing is not None:
-                self._save_structure_failure(failing, str(res.get("detail", ""))[:2000])
-            self._raise_worker_error(res, worker)
+            self._raise_call_error(role, res, next((plan for plan in plans if plan.r == res.get("round")), None))
         results = block_results(res, rounds)
         if role == CANDIDATE:
             self._check_contained(worker)
@@ -1051,10 +1060,8 @@ class Judge:
                     warm = plan.r < max(cfg.warmup_rounds, 1)
                     times: dict[str, dict[str, Any]] = {}
                     for role in ((REFERENCE, CANDIDATE) if plan.first == REFERENCE else (CANDIDATE, REFERENCE)):
-                        limit = self._call_limit_s() + ROUND_SLACK_S
-                        if role == REFERENCE:
-                            limit = max(limit, 2 * self.t_ref_est + ROUND_SLACK_S + cfg.min_call_timeout_s)
-                        elif warm:
+                        limit = self._wait_bound(role)
+                        if role == CANDIDATE and warm:
                             limit += allowance
                         t_step = time.monotonic()
                         times[role] = self._run_call(role, plan, limit)
