@@ -13,21 +13,18 @@ limit=${3:-270}
 settings=${4:-"0 1"}
 source scripts/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/gpu.txt"
-runs=()
+dirs=()
 for w in $settings; do
-  if [[ -z ${BLOCKS:-} ]]; then runs+=("$w:"); else for b in $BLOCKS; do runs+=("$w:$b"); done; fi
+  for b in ${BLOCKS:-""}; do
+    dir="$OUT/warm$w${b:+-blocks-$b}"
+    dirs+=("$dir")
+    mkdir -p "$dir"
+    flag=(); [[ $b == off ]] && flag=(--no-correctness-block)
+    timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
+      --rescore 3 --repeats 3 --warm-judges "$w" "${flag[@]}" --out "$dir" > "$dir/bench_daemon.log" 2>&1
+    echo "bench-daemon --warm-judges $w ${flag[*]} exit code: $?" | tee -a "$OUT/gpu.txt"
+  done
 done
-for run in "${runs[@]}"; do
-  w=${run%%:*}; b=${run#*:}
-  dir="$OUT/warm$w${b:+-blocks-$b}"
-  mkdir -p "$dir"
-  flag=(); [[ $b == off ]] && flag=(--no-correctness-block)
-  timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
-    --rescore 3 --repeats 3 --warm-judges "$w" "${flag[@]}" --out "$dir" > "$dir/bench_daemon.log" 2>&1
-  echo "bench-daemon --warm-judges $w ${flag[*]} exit code: $?" | tee -a "$OUT/gpu.txt"
-done
-for run in "${runs[@]}"; do
-  w=${run%%:*}; b=${run#*:}
-  dir="$OUT/warm$w${b:+-blocks-$b}"
+for dir in "${dirs[@]}"; do
   cat "$dir/bench_daemon.md" 2>/dev/null || tail -n 30 "$dir/bench_daemon.log"
 done
