@@ -6,8 +6,7 @@
 #            .before/ (another checkout's evalfarm, e.g. `git archive <rev> evalfarm scripts`),
 #            REPS times each, interleaved (after, before, after, before, ...); PROFILE=small for
 #            the tasks' small sizes (calls of tens of microseconds); SIDES="after noblocks before"
-#            adds this farm with one exchange per call (round_blocks off) to each repetition,
-#            "nowarmup" this farm without the GPU warm-up before timed blocks
+#            adds this farm with one exchange per call (round_blocks off) to each repetition
 #   corpus:  the honest corpus's CUDA kernels (scripts/honest_sweep.py; STATIC=on|off|both)
 #   attacks: the adversarial suite's attacks, static rules on and off (scripts/attack_sweep.py)
 set -uo pipefail
@@ -30,9 +29,8 @@ if [[ $what == compare || $what == all ]]; then
     for side in ${SIDES:-after before}; do
       root=$PWD; [[ $side == before ]] && root=$PWD/.before
       opts=(); [[ $side == noblocks ]] && opts=(--option round_blocks=false)
-      warm=${EVALFARM_BLOCK_WARMUP_MS:-}; [[ $side == nowarmup ]] && warm=0
       [[ -d $root/evalfarm ]] || { echo "no $root/evalfarm: skipping $side"; continue; }
-      EVALFARM_BLOCK_WARMUP_MS=$warm timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side-$rep" --kinds fast,identical "${opts[@]}" \
+      timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side-$rep" --kinds fast,identical "${opts[@]}" \
         --size-profile "${PROFILE:-auto}" --tasks "$tasks" --inputs 100 --budget 2.0 --max-seconds $((secs - 30)) --out "$OUT/$side-$rep.json" \
         > "$OUT/$side-$rep.log" 2>&1
       tail -n 14 "$OUT/$side-$rep.log"

@@ -16,10 +16,8 @@ from evalfarm.judge.judge import (
     TIMED_BLOCK_NOTE,
     Verdicted,
     block_results,
-    block_warmup_s,
     blocked_rounds,
     check_round_result,
-    paired_speedups,
     round_sample,
 )
 from evalfarm.scoring import as_candidate, as_task, score
@@ -189,40 +187,9 @@ def test_a_timed_block_round_carries_the_block_means():
     # so the block counts its sum, however the work was spread over its calls.
     block = [{"r": 8, "t": 9000, "e": None, "pre": 5}, {"r": 9, "t": 100, "e": None, "pre": 5},
              {"r": 10, "t": 100, "e": None, "pre": 5}]
-    means = {"bt": sum(b["t"] for b in block) // 3, "bj": 12_000 // 3, "bk": 4}
+    means = {"bt": sum(b["t"] for b in block) // 3, "bj": 12_000 // 3}
     samples = [round_sample({**b, **means}) for b in block]
-    assert {(s.t, s.untimed, s.e, s.block) for s in samples} == {(3066, 934, None, 4)}
-
-
-def test_a_timed_block_is_one_sample_and_a_lone_round_is_one():
-    keys = [("round", 5), ("round", 6), ("block", 1), ("block", 1), ("block", 1), ("block", 2), ("block", 2)]
-    t_ref = [200, 300, 400, 400, 400, 900, 900]
-    t_cand = [100, 100, 100, 100, 100, 300, 300]
-    assert paired_speedups(t_ref, t_cand, keys, 0) == [2.0, 3.0, 4.0, 3.0]
-    assert paired_speedups(t_ref, t_cand, keys, 100) == [1.0, 1.5, 2.0, 2.25]
-
-
-def test_the_block_warmup_is_a_gpu_thing_and_can_be_set(monkeypatch):
-    monkeypatch.delenv("EVALFARM_BLOCK_WARMUP_MS", raising=False)
-    assert block_warmup_s("cpu") == 0.0 and block_warmup_s("cuda") == 5e-3
-    monkeypatch.setenv("EVALFARM_BLOCK_WARMUP_MS", "20")
-    assert block_warmup_s("cuda") == 0.02 and block_warmup_s("cpu") == 0.0
-    monkeypatch.setenv("EVALFARM_BLOCK_WARMUP_MS", "lots")
-    assert block_warmup_s("cuda") == 5e-3
-
-
-def test_with_the_exchange_charged_every_round_after_the_warm_up_is_a_timed_block(task, data_dir, build_pool):
-    r = _score(task, as_candidate(str(data_dir / "cand_same.py")), build_pool, charge_exchange=True)
-    assert r.verdict is Verdict.OK, r.detail
-    assert 0.5 < r.speedup < 2.0
-    t = r.evidence.timing
-    assert t.blocks_timed and TIMED_BLOCK_NOTE in r.evidence.isolation and BLOCK_NOTE not in r.evidence.isolation
-    # Every round after the warm-up ran in a block of at most 32, and the timed ones are block
-    # rounds (fewer than all of them when a spread too large had them measured again); at least
-    # 7 blocks (one sample each, the number of buckets) were needed for the statistics.
-    assert t.block_rounds >= t.rounds >= max(7 * 2, QUICK.min_timed_rounds), t
-    assert t.block_rounds == t.rounds or t.remeasured, t
-    assert r.evidence.correctness_inputs == QUICK.num_correctness_inputs
+    assert {(s.t, s.untimed, s.e) for s in samples} == {(3066, 934, None)}
 
 
 def test_the_option_is_a_bool_on_the_cli_and_the_wire():

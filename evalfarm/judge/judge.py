@@ -88,13 +88,6 @@ MAX_ROUNDS_PER_BATCH = 32
 MIN_BLOCK_ROUNDS = 8
 # Timed blocks (their sums are samples) lose no samples: any batch of two rounds or more.
 MIN_TIMED_BLOCK_ROUNDS = 2
-# Before each timed block on a GPU, while none of the block's inputs is written yet, each worker
-# keeps the GPU busy with its own L2-flush writes for this long, so neither worker's block starts on
-# a GPU idle since the other's. Without it, on an H200, the second of the two blocks ran up to 1.8x
-# faster than the first (an identical copy scored 1.80 and 1.29 on three blocks).
-# EVALFARM_BLOCK_WARMUP_MS overrides it (a measurement knob; 0 turns it off).
-BLOCK_WARMUP_S = 5e-3
-BLOCK_WARMUP_ENV = "EVALFARM_BLOCK_WARMUP_MS"
 ROUND_SLACK_S = 2.0
 MAX_REMEASURES = 2
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
@@ -431,7 +424,6 @@ class Judge:
         self.rng = random.Random(secrets.randbits(64))
         self.degenerate = ""
         self._stopped: set[str] = set()
-        self._blocks_run = 0  # numbers the blocks: a timed block's rounds are one sample
         # A second, correctness-only evaluation (evalfarm.other_sizes): no timing, no speedup.
         self.correctness_only = bool(request.get("correctness_only"))
         self.diagnostics = diagnose.Diagnostics.from_dict(request.get("diagnostics"))
@@ -625,7 +617,6 @@ class Judge:
                 file_size_bytes=cfg.file_size_limit_bytes)),
             "num_threads": num_threads, "init_inputs": init_inputs, "weight_seed": weight_seed,
             "flush_bytes": flush_bytes, "tuple_out": self.tuple_out,
-            "block_warmup_s": block_warmup_s(self.device.type) if self.blocks_timed else 0.0,
         }
         for worker in (self.ref, self.cand):  # no candidate code has run: a failure here is the farm's
             self._await_started(worker)
@@ -964,7 +955,6 @@ class Judge:
             plan.first = first  # whose block ran first (what a saved structure failure looks at)
         results: dict[str, list[dict[str, Any]]] = {}
         means: dict[str, dict[str, Any]] = {}
-        self._blocks_run += 1
         n = len(plans)
         for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
             t_step = time.monotonic()
@@ -973,7 +963,7 @@ class Judge:
             calls_ns = sum(res["t"] for res in results[role])
             self.round_phases["rounds_calls"] += calls_ns / 1e9
             events = [res.get("e") for res in results[role]]
-            means[role] = {"bt": calls_ns // n, "bj": go_ns // n, "bk": self._blocks_run}
+            means[role] = {"bt": calls_ns // n, "bj": go_ns // n}
             if all(isinstance(e, int | float) and not isinstance(e, bool) for e in events):
                 means[role]["be"] = sum(events) / n
         for k, plan in enumerate(plans):  # in round order, as lone calls are checked
@@ -1063,7 +1053,6 @@ class Judge:
         pre_cand_all: list[int] = []
         untimed_ref_all: list[int] = []  # per round: the judge-timed exchange minus the reported call
         untimed_cand_all: list[int] = []
-        sample_keys: list[tuple[str, int]] = []  # per round: its sample (a lone round, or its timed block)
         charge = pre_charge = exchange_charge = exchange_excess = 0
         e_ref_all: list[float] = []
         e_cand_all: list[float] = []
@@ -1147,7 +1136,6 @@ class Judge:
                     pre_cand_all.append(plan.times[CANDIDATE]["pre"])
                     untimed_ref_all.append(ref_s.untimed)
                     untimed_cand_all.append(cand_s.untimed)
-                    sample_keys.append(("block", cand_s.block) if cand_s.block is not None else ("round", plan.r))
                     if ref_s.e is not None and cand_s.e is not None:
                         e_ref_all.append(ref_s.e)
                         e_cand_all.append(cand_s.e)
@@ -1174,10 +1162,8 @@ class Judge:
             exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
             exchange_charge = exchange_excess if cfg.exchange_charged else 0
             charge = max(pre_charge, exchange_charge)
-            speedups = paired_speedups(t_ref_all, t_cand_all, sample_keys, charge)
+            speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
-            if stats is not None:  # the rounds behind the samples (a timed block's are one sample)
-                stats = dataclasses.replace(stats, rounds=len(t_ref_all))
             d = decide(stats, elapsed_s=time.monotonic() - (counted_from or start), budget_s=cfg.timing_budget_s,
                        min_rounds_first=bool(blocks) and not self.blocks_timed,
                        min_rounds=cfg.min_timed_rounds, target_ci=cfg.target_ci,
@@ -1186,7 +1172,7 @@ class Judge:
             if d.discard:
                 remeasured += 1
                 t_ref_all, t_cand_all, pre_ref_all, pre_cand_all, e_ref_all, e_cand_all = [], [], [], [], [], []
-                untimed_ref_all, untimed_cand_all, sample_keys = [], [], []
+                untimed_ref_all, untimed_cand_all = [], []
                 continue
             if d.stop and stats is not None:  # without stats, keep going until num_buckets rounds
                 stable = d.stable
@@ -1427,18 +1413,6 @@ def reference_alias_facts(first_out: Any, second_out: Any, second_inputs: list[A
             "ref_aliases_input": any(overlaps(storage_span(o), in_spans) for o in seconds)}
 
 
-def block_warmup_s(device_type: str) -> float:
-    """How long each worker keeps the GPU busy before a timed block (BLOCK_WARMUP_S; none on a CPU)."""
-    if device_type != "cuda":
-        return 0.0
-    raw = os.environ.get(BLOCK_WARMUP_ENV, "")
-    try:
-        return max(0.0, min(float(raw) / 1e3, 1.0)) if raw else BLOCK_WARMUP_S
-    except ValueError:
-        log.warning("%s=%r is not a number of milliseconds; using %g ms", BLOCK_WARMUP_ENV, raw, BLOCK_WARMUP_S * 1e3)
-        return BLOCK_WARMUP_S
-
-
 def blocked_rounds(cfg: ScoreConfig, timed: bool) -> range:
     """The rounds that run in blocks: after the warm-up (whose calls keep the one-call protocol and
     share the first-call allowance), the correctness rounds, and every later round too where blocks
@@ -1453,31 +1427,15 @@ class RoundSample:
     t: int  # the call's ns as its worker reported it (a timed block's: the block's mean call)
     untimed: int  # the judge's ns from go to reply beyond that call (a timed block's: per round)
     e: float | None  # CUDA-event us, where there is one
-    block: int | None = None  # the timed block the round ran in
 
 
 def round_sample(times: dict[str, Any]) -> RoundSample:
-    """One worker's timing of a round: its own call, or in a timed block the block's means
+    """One worker's timing sample of a round: its own call, or in a timed block the block's means
     (``Judge._run_block``), so that every round of a block carries the block's sum."""
     if "bt" in times:
-        return RoundSample(times["bt"], times["bj"] - times["bt"], times.get("be"), times["bk"])
+        return RoundSample(times["bt"], times["bj"] - times["bt"], times.get("be"))
     e = times.get("e")
     return RoundSample(times["t"], times["j"] - times["t"], float(e) if isinstance(e, int | float) else None)
-
-
-def paired_speedups(t_ref: list[int], t_cand: list[int], keys: list[tuple[str, int]], charge: int) -> list[float]:
-    """The timing samples, in the order measured: t_ref / (t_cand + charge) once per key, i.e. per
-    lone round, and per timed block (whose rounds share a key and carry the block's mean calls).
-    A block is one sample: its calls ran back to back on inputs all written before it, so only
-    their sum is the candidate's, and the statistics (bucket means, the confidence interval) must
-    not count its rounds as independent."""
-    out: list[float] = []
-    seen: set[tuple[str, int]] = set()
-    for tr, tc, key in zip(t_ref, t_cand, keys, strict=True):
-        if key not in seen:
-            seen.add(key)
-            out.append(tr / (tc + charge))
-    return out
 
 
 def check_round_result(res: Any, r: int) -> None:

@@ -222,7 +222,6 @@ class Worker:
         self.isolation.append(seccomp.install())  # every thread, before any task or candidate code
         flush_bytes = int(init.get("flush_bytes", 0))
         self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
-        self._block_warmup_s = float(init.get("block_warmup_s", 0.0)) if self._flush_buf is not None else 0.0
         self._quiet_limit_s: float | None = None
         if self.is_cuda and self.role == REFERENCE:
             self._probe = torch.zeros(1, device=device)
@@ -256,7 +255,7 @@ class Worker:
             op = msg.get("op")
             if op in ("prepare", "prepare_block"):
                 pending = msg
-                self.send(self.prepare(self._block_warmup_s if op == "prepare_block" else 0.0))
+                self.send(self.prepare())
             elif op == "go" and pending is not None:
                 reply = self.run_block(pending) if pending["op"] == "prepare_block" else self.run_call(pending)
                 pending = None
@@ -329,15 +328,9 @@ class Worker:
                 return False, (_perf_ns() - start) / 1e9
         return True, (_perf_ns() - start) / 1e9
 
-    def prepare(self, warmup_s: float = 0.0) -> dict[str, Any]:
-        """Everything before a timed call (or block) that need not follow the inputs: it runs before
-        the judge writes them, so none of it can see them. ``warmup_s``: first keep the GPU busy
-        with this worker's own flush writes for that long (before a timed block)."""
-        if warmup_s > 0 and self._flush_buf is not None:
-            end = _perf_ns() + int(warmup_s * 1e9)
-            while _perf_ns() < end:
-                self._flush_buf.zero_()
-                self._sync()
+    def prepare(self) -> dict[str, Any]:
+        """Everything before a timed call that need not follow the inputs: it runs before the
+        judge writes them, so none of it can see them."""
         start = _perf_ns()
         self._prepare_memory()
         # How long the poisoning, the L2 reset and their sync took (the judge's round phases).
