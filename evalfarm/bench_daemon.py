@@ -232,8 +232,8 @@ def markdown(s: dict[str, Any]) -> str:
     cut = ", interrupted: the candidates that finished" if s.get("interrupted") else ""
     warm = s.get("warm_judges")
     warm_note = "" if warm is None else f", --warm-judges {warm}"
-    if s.get("round_blocks") is False:
-        warm_note += ", round blocks off"
+    if s.get("correctness_block") is False:
+        warm_note += ", correctness blocks off"
     lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s{warm_note}{cut})", "",
              "| candidates/min | per slot | latency median s | latency p95 s | evaluation median s | "
              "evaluation p95 s | GPU busy | queue depth max |", "|---|---|---|---|---|---|---|---|",
@@ -269,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-every", type=float, default=1.0, help="seconds between queue/GPU samples")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for any one result")
     ap.add_argument("--out", type=Path, default=Path("bench-daemon"), help="directory for the JSON and Markdown")
-    ap.add_argument("--no-round-blocks", dest="round_blocks", action="store_false",
-                    help="score every round with its own exchange (ScoreConfig.round_blocks off)")
+    ap.add_argument("--no-correctness-block", dest="correctness_block", action="store_false",
+                    help="score every correctness round with its own exchange (ScoreConfig.correctness_block off)")
     ap.add_argument("--warm-judges", type=int, default=None,
                     help="the local daemon's --warm-judges (default: the daemon's own default)")
     args = ap.parse_args(argv)
@@ -282,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                "timing_budget_s": args.budget or (10.0 if gpu else 0.5)}
     if not gpu:
         options["size_profile"] = "small"
-    if not args.round_blocks:
-        options["round_blocks"] = False
+    if not args.correctness_block:
+        options["correctness_block"] = False
     stream = build_stream("cuda" if gpu else "cpu", args.candidates, args.group)
     args.out.mkdir(parents=True, exist_ok=True)
     daemon = None
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(rows, wall, sampler, cv, args.device)
     summary["interrupted"] = interrupted
     summary["warm_judges"] = args.warm_judges
-    summary["round_blocks"] = args.round_blocks
+    summary["correctness_block"] = args.correctness_block
     (args.out / "bench_daemon.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     text = markdown(summary)
     (args.out / "bench_daemon.md").write_text(text)

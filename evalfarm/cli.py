@@ -76,11 +76,10 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-lease-timeout", type=float, default=None, metavar="SECONDS",
                    help="how long to wait while another evaluation on this host holds the GPU (default 600; "
                         "then INFRA_ERROR); not charged to the candidate")
-    p.add_argument("--round-blocks", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the rounds after the warm-up a batch per worker exchange, their inputs all written "
-                        "before the batch; where the exchange is charged (a GPU) each batch's summed call times are "
-                        "one timing sample, elsewhere only correctness rounds run so and their times never count "
-                        "(None: on); --no-round-blocks: one exchange per call (docs/security.md)")
+    p.add_argument("--correctness-block", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the correctness rounds after the warm-up a batch per worker exchange, their inputs "
+                        "all written before the batch and their times never counted (None: on); "
+                        "--no-correctness-block: one exchange per call (docs/security.md)")
     p.add_argument("--size-profile", default=None, help="task size profile (None: auto)")
     p.add_argument("--kernelbench-root", default=None, help="resolve --task in a KernelBench checkout")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR),
@@ -110,8 +109,8 @@ def _config_from(args: argparse.Namespace) -> ScoreConfig:
         changes["charge_exchange"] = args.charge_exchange == "on"
     if args.gpu_lease_timeout is not None:
         changes["gpu_lease_timeout_s"] = args.gpu_lease_timeout
-    if args.round_blocks is not None:
-        changes["round_blocks"] = args.round_blocks
+    if args.correctness_block is not None:
+        changes["correctness_block"] = args.correctness_block
     return ScoreConfig(**changes)  # type: ignore[arg-type]
 
 
@@ -286,7 +285,7 @@ _OPTION_FLAGS = {"num_correctness_inputs": "inputs", "timing_budget_s": "budget"
                  "size_profile": "size_profile", "guard_policy": "guard_policy",
                  "check_other_sizes": "other_sizes", "require_other_sizes": "require_other_sizes",
                  "charge_exchange": "charge_exchange", "gpu_lease_timeout_s": "gpu_lease_timeout",
-                 "round_blocks": "round_blocks"}
+                 "correctness_block": "correctness_block"}
 
 
 def run_tasks(args: argparse.Namespace) -> int:

@@ -108,16 +108,14 @@ class ScoreConfig:
     # same GPU of this host waits for it at most this long, then returns INFRA_ERROR. The wait is
     # not charged to the candidate (evidence.phases_s["gpu_lease_wait"] says how long it was).
     gpu_lease_timeout_s: float = 600.0
-    # Blocks (evalfarm.judge.judge, "Blocks"): the rounds after the warm-up (max(warmup_rounds, 1)
-    # <= round) run a batch at a time, one exchange per worker per batch instead of one per call;
-    # all of a block's inputs are written before it starts. Where the exchange is charged
-    # (exchange_charged, by default on a GPU), every later round runs in blocks and each block is
-    # one timing sample, the sum of its calls' times (timing.blocks_timed; batches of 2 rounds or
-    # more). Elsewhere only the correctness rounds do, their times never used for the score (only
-    # checked), the score's timed rounds after correctness, and only where a batch holds at least 8
-    # rounds (judge.MIN_BLOCK_ROUNDS). Either way counted as timing.block_rounds. False: every
-    # round is one call whose inputs are written right before it starts.
-    round_blocks: bool = True
+    # Correctness blocks: the correctness rounds after the warm-up (max(warmup_rounds, 1) <= round <
+    # num_correctness_inputs) run a batch at a time, one exchange per worker per batch instead of one
+    # per call (evalfarm.judge.judge, "correctness blocks"): all of a block's inputs are written
+    # before it starts, so its calls' times are never used for the score (only checked, and counted
+    # as timing.block_rounds); the score's timed rounds all come after correctness. Used only
+    # where a batch holds at least 8 rounds (small inputs and outputs: judge.MIN_BLOCK_ROUNDS).
+    # False: every round is one call whose inputs are written right before it starts.
+    correctness_block: bool = True
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -132,7 +130,7 @@ class ScoreConfig:
 
         if self.guard_policy not in GuardPolicy.NAMES:
             raise ConfigError(f"guard_policy must be one of {', '.join(GuardPolicy.NAMES)}, got {self.guard_policy!r}")
-        for name in ("check_other_sizes", "require_other_sizes", "round_blocks"):
+        for name in ("check_other_sizes", "require_other_sizes", "correctness_block"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.charge_exchange is not None and not isinstance(self.charge_exchange, bool):

@@ -31,12 +31,9 @@ class TimingEvidence:
     # Rounds run while a standby judge of the same device was still starting up: their outputs
     # were checked, their times set aside (evalfarm.judge.judge.RoundsHold).
     set_aside_rounds: int = 0
-    # Rounds run in blocks (ScoreConfig.round_blocks): their inputs were all written before the
-    # block. Untimed blocks (correctness rounds only): outputs checked, times never used. Timed
-    # blocks (blocks_timed; where the exchange is charged, by default on a GPU): every round after
-    # the warm-up, each block one sample (the sum of its calls; every round carries the block's mean).
+    # Correctness rounds run in blocks (ScoreConfig.correctness_block): their outputs were checked;
+    # their inputs were all written before the block, so their times are never used.
     block_rounds: int = 0
-    blocks_timed: bool = False
     # The untimed moment before each call (L2 flush and sync, after the inputs were written), median
     # per worker, and what was added to every candidate call for its excess (evalfarm.judge.judge).
     pre_call_ref_us_median: float | None = None

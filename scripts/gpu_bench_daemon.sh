@@ -4,7 +4,7 @@
 # A local daemon with every GPU (one slot each) scores the stream with 1000 correctness inputs and
 # a 10 s timing budget, once per --warm-judges setting (judges started on demand, then started
 # ahead), side by side; each run's bench_daemon.{json,md} and daemon log go to $OUT/warm<N>/.
-# BLOCKS="on off" runs each setting with correctness blocks on, then off (ScoreConfig.round_blocks),
+# BLOCKS="on off" runs each setting with correctness blocks on, then off (ScoreConfig.correctness_block),
 # into $OUT/warm<N>-blocks-<on|off>/.
 set -uo pipefail
 n=${1:-80}
@@ -19,7 +19,7 @@ for w in $settings; do
     dir="$OUT/warm$w${b:+-blocks-$b}"
     dirs+=("$dir")
     mkdir -p "$dir"
-    flag=(); [[ $b == off ]] && flag=(--no-round-blocks)
+    flag=(); [[ $b == off ]] && flag=(--no-correctness-block)
     timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
       --rescore 3 --repeats 3 --warm-judges "$w" "${flag[@]}" --out "$dir" > "$dir/bench_daemon.log" 2>&1
     echo "bench-daemon --warm-judges $w ${flag[*]} exit code: $?" | tee -a "$OUT/gpu.txt"

@@ -50,15 +50,15 @@ def test_a_short_run_through_a_real_daemon(tmp_path):
     data = json.loads((tmp_path / "bench_daemon.json").read_text())
     assert data["summary"]["candidates"] == 4 and len(data["rows"]) == 4
     assert sum(data["summary"]["verdicts"].values()) == 4 and len(data["summary"]["reward_cv"]) == 1
-    assert data["summary"]["round_blocks"] is True
+    assert data["summary"]["correctness_block"] is True
     assert any((r["block_rounds"] or 0) > 0 for r in data["rows"]), data["rows"]
 
 
 @pytest.mark.long
-def test_round_blocks_can_be_switched_off_for_the_stream(tmp_path):
+def test_correctness_blocks_can_be_switched_off_for_the_stream(tmp_path):
     assert main(["--device", "cpu", "--candidates", "2", "--group", "2", "--rescore", "0",
-                 "--no-round-blocks", "--out", str(tmp_path)]) == 0
+                 "--no-correctness-block", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench_daemon.json").read_text())
-    assert data["summary"]["round_blocks"] is False and data["summary"]["candidates"] == 2
+    assert data["summary"]["correctness_block"] is False and data["summary"]["candidates"] == 2
     assert all(r["block_rounds"] in (0, None) for r in data["rows"]) and any(r["timed_rounds"] for r in data["rows"])
-    assert "round blocks off" in (tmp_path / "bench_daemon.md").read_text()
+    assert "correctness blocks off" in (tmp_path / "bench_daemon.md").read_text()

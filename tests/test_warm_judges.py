@@ -285,7 +285,7 @@ class _StartingUp(WarmJudges):
 def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, data_dir, build_pool, blocks):
     judges = _StartingUp(seconds=4.0)
     cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2,
-                      round_blocks=blocks)
+                      correctness_block=blocks)
     try:
         r = start(task, as_candidate(str(data_dir / "cand_same.py")), cfg, build_pool, judges=judges).result(timeout=240)
     finally:

@@ -121,7 +121,7 @@ def _build_request(args: argparse.Namespace) -> pb.ScoreRequest:
     for attr, field in (("inputs", "num_correctness_inputs"), ("budget", "timing_budget_s"),
                         ("tolerance", "tolerance"), ("size_profile", "size_profile"),
                         ("guard_policy", "guard_policy"), ("other_sizes", "check_other_sizes"),
-                        ("require_other_sizes", "require_other_sizes"), ("round_blocks", "round_blocks")):
+                        ("require_other_sizes", "require_other_sizes"), ("correctness_block", "correctness_block")):
         value = getattr(args, attr, None)
         if value is not None:
             options[field] = value

@@ -26,16 +26,11 @@ while the reference runs; on a GPU, the reference worker also waits until no oth
 running on the device before its call. Every correctness round and a random share of timed
 rounds is checked here against the reference worker's output of the same round.
 
-Blocks (``ScoreConfig.round_blocks``, on by default): the rounds after the warm-up run a batch
-at a time, one exchange per worker per batch (``Judge._run_block``) instead of one per call, since
-the exchange costs more than a small kernel's call (about 2.3 ms per call on an H100), and a call
-that follows a wait for the judge runs slower than one that follows another call (launch-bound
-calls of 50-150 us ran 15-25 us longer in the one-call protocol). Block rounds are checked exactly
-as others. Where the judge's clock is charged (``ScoreConfig.exchange_charged``, by default on a
-GPU), every round after the warm-up runs in blocks and each block is one timing sample, the sum of
-its calls' times (reading ahead moves work between a block's calls, never out of them; what runs
-between them is on the judge's clock); elsewhere only the correctness rounds run in blocks and
-their times are never used for the score.
+Correctness blocks (``ScoreConfig.correctness_block``, on by default): the correctness rounds
+after the warm-up run a batch at a time, one exchange per worker per batch (``Judge._run_block``)
+instead of one per call, since the exchange costs more than a small kernel's call (about 2.3 ms
+per call on an H100). Those rounds are checked exactly as others; their times are never used
+for the score, which comes from the per-call rounds after correctness.
 """
 
 from __future__ import annotations
@@ -79,15 +74,13 @@ log = logging.getLogger("evalfarm.judge")
 
 ARENA_BUDGET_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}
 MAX_ROUNDS_PER_BATCH = 32
-# Untimed blocks (correctness only) only where a batch holds at least this many rounds (tasks whose
-# inputs and outputs are small). Such a block saves all but one of its exchanges per worker, but its
-# rounds give no timing samples, which the one-call correctness rounds do. On an H100, L1/1 at its
-# default size (256 MiB per round, 2 rounds per batch) spent 6.5 s on 1000 correctness inputs in
-# blocks against 7.3 s without, and its fast variants then needed the whole timing budget for
-# samples the correctness rounds had given before (docs/benchmarks.md, "Correctness blocks").
+# Correctness blocks only where a batch holds at least this many rounds (tasks whose inputs and
+# outputs are small). A block saves all but one of its exchanges per worker, but its rounds give
+# no timing samples, which the one-call correctness rounds do. On an H100, L1/1 at its default
+# size (256 MiB per round, 2 rounds per batch) spent 6.5 s on 1000 correctness inputs in blocks
+# against 7.3 s without, and its fast variants then needed the whole timing budget for samples the
+# correctness rounds had given before (docs/benchmarks.md, "Correctness blocks").
 MIN_BLOCK_ROUNDS = 8
-# Timed blocks (their sums are samples) lose no samples: any batch of two rounds or more.
-MIN_TIMED_BLOCK_ROUNDS = 2
 ROUND_SLACK_S = 2.0
 MAX_REMEASURES = 2
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
@@ -117,14 +110,10 @@ PROFILE_TIMEOUT_S = 120.0
 BEFORE_ROUNDS_TIMEOUT_S = 30.0
 ISOLATION_NOTE = ("reference computed and timed in its own worker process; candidate process stopped "
                   "outside its own calls; inputs written right before each call")
-# Added to the isolation notes when the evaluation has blocks: untimed (correctness only) or timed.
+# Added to the isolation notes when the evaluation has correctness blocks.
 BLOCK_NOTE = ("correctness rounds after the warm-up run in blocks (one exchange per worker per batch of "
               "rounds): a block's inputs are all written before it starts, so its times are never used "
               "for the score; every output is checked")
-TIMED_BLOCK_NOTE = ("rounds after the warm-up run in blocks (one exchange per worker per batch of rounds): a "
-                    "block's inputs are all written before it starts, so each block is one timing sample, the sum "
-                    "of its calls' times, and the judge's clock charges what runs between them; every "
-                    "correctness output is checked")
 
 
 class RoundsHold:
@@ -435,9 +424,7 @@ class Judge:
         # notify(msg): tells the owner of a wait that is not the candidate's (the GPU lease).
         self._notify = notify
         self._lease: gpu_lease.GpuLease | None = None
-        # Timed blocks: the rounds after the warm-up all run in blocks, each block one sample.
-        self.blocks_timed = self.config.round_blocks and self.config.exchange_charged and not self.correctness_only
-        self.block_rounds = blocked_rounds(self.config, self.blocks_timed)
+        self.block_rounds = correctness_block_rounds(self.config)
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -578,9 +565,8 @@ class Judge:
             self.rounds_per_batch = min(self.rounds_per_batch, cfg.num_correctness_inputs)
         try:
             self.rounds_per_batch = self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
-            if self.rounds_per_batch < (MIN_TIMED_BLOCK_ROUNDS if self.blocks_timed else MIN_BLOCK_ROUNDS):
+            if self.rounds_per_batch < MIN_BLOCK_ROUNDS:
                 self.block_rounds = range(0)  # one call per exchange, as without blocks
-                self.blocks_timed = False
             self.arenas = {
                 (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device),
                                              (self.ref if role == REFERENCE else self.cand).arena_fds.pop(kind, None))
@@ -915,7 +901,7 @@ class Judge:
                 arena.view(slot).copy_(v)
 
     def _run_block(self, plans: list[RoundPlan]) -> None:
-        """A batch of rounds as one block per worker (``ScoreConfig.round_blocks``).
+        """A batch of correctness rounds as one block per worker (``ScoreConfig.correctness_block``).
 
         Each worker runs all of the batch's calls in one exchange (``_run_block_calls``), the two
         workers in an order drawn per block, instead of one exchange per call: the exchange (two
@@ -923,15 +909,10 @@ class Judge:
         costs more than a small kernel's call. Why the guarantees hold:
 
         * a block's inputs are all in the candidate's memory from before its first call to after
-          its last, so it could read ahead and start on later rounds early. Untimed blocks: that can
-          only speed up calls whose times are never used for the score. Timed blocks
-          (``blocks_timed``): the block is one sample, the sum of its calls, so work moved from one
-          of its calls into another is still counted; work moved between the calls (a thread
-          running while the worker prepares the next one) lengthens the exchange by the judge's
-          clock beyond the calls reported, which is charged as a lone call's leftover is (every
-          round of the block gets the block's mean call and mean leftover). Writing into later
-          inputs is caught as writing into its own input is (the input check after the batch, and
-          outputs compared with the reference's for the judge's pristine copy);
+          its last, so it could read ahead and start on later rounds early; that can only speed
+          up calls whose times are never used for the score (block rounds are checked, never timed);
+          writing into them is caught as writing into its own input is (the input check after
+          the batch, and outputs compared with the reference's for the judge's pristine copy);
         * every output is still compared against the reference worker's output for the same input
           (block rounds are correctness rounds: all audited, after the batch as before);
         * the reference and the candidate still run in separate processes, the candidate's
@@ -944,47 +925,34 @@ class Judge:
 
         Bounded twice: each call by the per-call bound, from the worker's reported times, and on
         the judge's clock, from the "called" message the worker sends after each call but the last
-        (a hung call ends the block at its own bound).
-
-        Each plan's ``times[role]`` is its own call's result, plus the block's per-call means for
-        timed blocks: ``bt`` (reported call ns), ``bj`` (the judge's ns from go to reply) and, where
-        every call has one, ``be`` (CUDA-event us)."""
+        (a hung call ends the block at its own bound)."""
         cfg = self.config
         first = plans[0].first
         for plan in plans:
             plan.first = first  # whose block ran first (what a saved structure failure looks at)
         results: dict[str, list[dict[str, Any]]] = {}
-        means: dict[str, dict[str, Any]] = {}
-        n = len(plans)
         for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
             t_step = time.monotonic()
-            results[role], go_ns = self._run_block_calls(role, plans, self._wait_bound(role))
+            results[role] = self._run_block_calls(role, plans, self._wait_bound(role))
             self.round_phases["rounds_exchange"] += time.monotonic() - t_step
-            calls_ns = sum(res["t"] for res in results[role])
-            self.round_phases["rounds_calls"] += calls_ns / 1e9
-            events = [res.get("e") for res in results[role]]
-            means[role] = {"bt": calls_ns // n, "bj": go_ns // n}
-            if all(isinstance(e, int | float) and not isinstance(e, bool) for e in events):
-                means[role]["be"] = sum(events) / n
+            self.round_phases["rounds_calls"] += sum(res["t"] for res in results[role]) / 1e9
         for k, plan in enumerate(plans):  # in round order, as lone calls are checked
-            plan.times = {role: {**results[role][k], **(means[role] if self.blocks_timed else {})}
-                          for role in (REFERENCE, CANDIDATE)}
+            plan.times = {role: results[role][k] for role in (REFERENCE, CANDIDATE)}
             t_cand = plan.times[CANDIDATE]["t"]
             if t_cand / 1e9 > self._call_limit_s():
                 raise Verdicted(Verdict.TIMEOUT, (
-                    f"round {plan.r} (in a block): a call took {t_cand / 1e6:.1f} ms, more than the "
+                    f"correctness round {plan.r} (in a block): a call took {t_cand / 1e6:.1f} ms, more than the "
                     f"per-call bound of {self._call_limit_s():.3g} s ({cfg.timeout_factor:g}x the reference's "
                     f"{self.t_ref_est * 1e3:.3f} ms, at least {cfg.min_call_timeout_s:g} s)"))
             self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * plan.times[REFERENCE]["t"] / 1e9
 
-    def _run_block_calls(self, role: str, plans: list[RoundPlan], per_call: float) -> tuple[list[dict[str, Any]], int]:
-        """One worker's part of a block: prepare_block (the first call's preparation), then every
-        round's inputs written, then go; the worker runs the rounds in order and replies once.
-        Returns the per-round results, checked against the rounds sent, and the judge's nanoseconds
-        from go to reply."""
+    def _run_block_calls(self, role: str, plans: list[RoundPlan], per_call: float) -> list[dict[str, Any]]:
+        """One worker's part of a correctness block: prepare_block (the first call's preparation),
+        then every round's inputs written, then go; the worker runs the rounds in order and replies
+        once. Returns the per-round results, checked against the rounds sent."""
         worker = self.ref if role == REFERENCE else self.cand
         rounds = [plan.r for plan in plans]
-        span = f"rounds {rounds[0]} to {rounds[-1]}" if len(rounds) > 1 else f"round {rounds[0]}"
+        span = f"correctness rounds {rounds[0]} to {rounds[-1]}" if len(rounds) > 1 else f"correctness round {rounds[0]}"
         message = {"op": "prepare_block", "rounds": [
             {"r": plan.r, "in": plan.calls[role].prepare["in"], "out": plan.calls[role].prepare["out"]}
             for plan in plans]}
@@ -992,16 +960,16 @@ class Judge:
         # call that hangs is killed at the per-call bound, as TIMEOUT (the candidate) or
         # INFRA_ERROR (the reference).
         n = len(plans)
-        whats = [f"round {r} (call {k + 1} of a block of {n}, at most {per_call:.3g} s)"
+        whats = [f"correctness round {r} (call {k + 1} of a block of {n}, at most {per_call:.3g} s)"
                  for k, r in enumerate(rounds)]
-        res, go_ns = self._exchange(role, message, plans, whats[-1], per_call, list(zip(rounds[:-1], whats, strict=False)),
+        res, _ = self._exchange(role, message, plans, whats[-1], per_call, list(zip(rounds[:-1], whats, strict=False)),
                                 preparing=span)
         if res.get("op") != "block":
             self._raise_call_error(role, res, next((plan for plan in plans if plan.r == res.get("round")), None))
         results = block_results(res, rounds)
         if role == CANDIDATE:
             self._check_contained(worker)
-        return results, go_ns
+        return results
 
     def _blame_busy_gpu(self, waited_s: float) -> Verdicted:
         """The reference worker found the GPU busy before its call, with the candidate's process
@@ -1070,10 +1038,9 @@ class Judge:
         # standby judge of this device may still be starting up, so those rounds are only checked.
         counted_from: float | None = start if self._hold is None else None
         set_aside = 0
-        # Untimed blocks (correctness rounds only): checked, never timed. With any, the timed rounds
-        # all come after correctness; the budget still counts from the first round, but the minimum
-        # timed rounds are collected even when correctness used it up. Timed blocks: each block
-        # round is a sample of the block's mean call (its sum is what counts).
+        # Correctness rounds run in blocks: checked, never timed. With any, the timed rounds all
+        # come after correctness; the budget still counts from the first round, but the minimum
+        # timed rounds are collected even when correctness used it up.
         in_blocks = 0
         blocks = self.block_rounds
         stable = True
@@ -1116,6 +1083,7 @@ class Judge:
             # Audits run only now, with both workers idle: judge work on the device never
             # overlaps a timed call.
             for plan in plans:
+                t_ref, t_cand = plan.times[REFERENCE]["t"], plan.times[CANDIDATE]["t"]
                 if plan.audited:
                     audited += 1
                     t_step = time.monotonic()
@@ -1124,21 +1092,21 @@ class Judge:
                     if c.rel_l2_error >= worst.rel_l2_error:
                         worst = c
                         self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
-                if plan.r in blocks and not self.blocks_timed:
+                if plan.r in blocks:
                     continue  # checked above; its inputs were written before its block: never timed
                 if plan.r >= cfg.warmup_rounds and not counted:
                     set_aside += 1  # checked above; its times are not used
                 elif plan.r >= cfg.warmup_rounds:
-                    ref_s, cand_s = round_sample(plan.times[REFERENCE]), round_sample(plan.times[CANDIDATE])
-                    t_ref_all.append(ref_s.t)
-                    t_cand_all.append(cand_s.t)
+                    t_ref_all.append(t_ref)
+                    t_cand_all.append(t_cand)
                     pre_ref_all.append(plan.times[REFERENCE]["pre"])
                     pre_cand_all.append(plan.times[CANDIDATE]["pre"])
-                    untimed_ref_all.append(ref_s.untimed)
-                    untimed_cand_all.append(cand_s.untimed)
-                    if ref_s.e is not None and cand_s.e is not None:
-                        e_ref_all.append(ref_s.e)
-                        e_cand_all.append(cand_s.e)
+                    untimed_ref_all.append(plan.times[REFERENCE]["j"] - t_ref)
+                    untimed_cand_all.append(plan.times[CANDIDATE]["j"] - t_cand)
+                    e_ref, e_cand = plan.times[REFERENCE].get("e"), plan.times[CANDIDATE].get("e")
+                    if isinstance(e_ref, int | float) and isinstance(e_cand, int | float):
+                        e_ref_all.append(float(e_ref))
+                        e_cand_all.append(float(e_cand))
             r += len(plans)
             if r < n_correct:
                 continue
@@ -1165,7 +1133,7 @@ class Judge:
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
             d = decide(stats, elapsed_s=time.monotonic() - (counted_from or start), budget_s=cfg.timing_budget_s,
-                       min_rounds_first=bool(blocks) and not self.blocks_timed,
+                       min_rounds_first=bool(blocks),
                        min_rounds=cfg.min_timed_rounds, target_ci=cfg.target_ci,
                        max_bucket_variance=cfg.max_bucket_variance,
                        remeasures_left=MAX_REMEASURES - remeasured)
@@ -1185,7 +1153,7 @@ class Judge:
             raw_speedup=stats.score,
             ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
             audited_rounds=audited, seconds=time.monotonic() - start, set_aside_rounds=set_aside,
-            block_rounds=in_blocks, blocks_timed=self.blocks_timed,
+            block_rounds=in_blocks,
             pre_call_ref_us_median=statistics.median(pre_ref_all) / 1e3,
             pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=pre_charge / 1e3,
             untimed_ref_us_median=statistics.median(untimed_ref_all) / 1e3,
@@ -1321,8 +1289,7 @@ class Judge:
         isolation = msg.get("isolation", [])
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
-        block_notes = [TIMED_BLOCK_NOTE if self.blocks_timed else BLOCK_NOTE] if self.block_rounds else []
-        notes = [ISOLATION_NOTE, *block_notes]
+        notes = [ISOLATION_NOTE, *([BLOCK_NOTE] if self.block_rounds else [])]
         self.evidence.isolation = [*notes, *(x[:ISOLATION_NOTE_CHARS] for x in isolation[:16]), *self._cgroup_notes]
 
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
@@ -1413,29 +1380,10 @@ def reference_alias_facts(first_out: Any, second_out: Any, second_inputs: list[A
             "ref_aliases_input": any(overlaps(storage_span(o), in_spans) for o in seconds)}
 
 
-def blocked_rounds(cfg: ScoreConfig, timed: bool) -> range:
-    """The rounds that run in blocks: after the warm-up (whose calls keep the one-call protocol and
-    share the first-call allowance), the correctness rounds, and every later round too where blocks
-    are ``timed``; none when off."""
-    if not cfg.round_blocks:
-        return range(0)
-    return range(max(cfg.warmup_rounds, 1), sys.maxsize if timed else cfg.num_correctness_inputs)
-
-
-@dataclasses.dataclass(frozen=True)
-class RoundSample:
-    t: int  # the call's ns as its worker reported it (a timed block's: the block's mean call)
-    untimed: int  # the judge's ns from go to reply beyond that call (a timed block's: per round)
-    e: float | None  # CUDA-event us, where there is one
-
-
-def round_sample(times: dict[str, Any]) -> RoundSample:
-    """One worker's timing sample of a round: its own call, or in a timed block the block's means
-    (``Judge._run_block``), so that every round of a block carries the block's sum."""
-    if "bt" in times:
-        return RoundSample(times["bt"], times["bj"] - times["bt"], times.get("be"))
-    e = times.get("e")
-    return RoundSample(times["t"], times["j"] - times["t"], float(e) if isinstance(e, int | float) else None)
+def correctness_block_rounds(cfg: ScoreConfig) -> range:
+    """The rounds that run in correctness blocks: the correctness rounds after the warm-up (whose
+    calls keep the one-call protocol and share the first-call allowance); none when off."""
+    return range(max(cfg.warmup_rounds, 1), cfg.num_correctness_inputs) if cfg.correctness_block else range(0)
 
 
 def check_round_result(res: Any, r: int) -> None:

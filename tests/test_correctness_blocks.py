@@ -1,7 +1,5 @@
-"""Blocks (ScoreConfig.round_blocks): the rounds after the warm-up run a batch per worker exchange
-and are checked like any round. Untimed (the exchange not charged, a CPU's default): only the
-correctness rounds, never timed. Timed (the exchange charged, a GPU's default): every round after the
-warm-up, each block one sample, the sum of its calls."""
+"""Correctness blocks (ScoreConfig.correctness_block): the correctness rounds after the warm-up run
+a batch per worker exchange, are checked like any round, and are never timed."""
 
 from __future__ import annotations
 
@@ -13,12 +11,10 @@ from evalfarm import ScoreConfig, Verdict
 from evalfarm.config import ConfigError
 from evalfarm.judge.judge import (
     BLOCK_NOTE,
-    TIMED_BLOCK_NOTE,
     Verdicted,
     block_results,
-    blocked_rounds,
     check_round_result,
-    round_sample,
+    correctness_block_rounds,
 )
 from evalfarm.scoring import as_candidate, as_task, score
 
@@ -48,7 +44,7 @@ def _score(task, candidate, build_pool, **changes):
 
 @pytest.mark.parametrize("blocks", [True, False])
 def test_an_honest_candidate_is_ok_with_blocks_on_and_off(task, data_dir, build_pool, blocks):
-    r = _score(task, as_candidate(str(data_dir / "cand_same.py")), build_pool, round_blocks=blocks)
+    r = _score(task, as_candidate(str(data_dir / "cand_same.py")), build_pool, correctness_block=blocks)
     assert r.verdict is Verdict.OK, r.detail
     assert 0.5 < r.speedup < 2.0
     t = r.evidence.timing
@@ -65,14 +61,14 @@ def test_an_honest_candidate_is_ok_with_blocks_on_and_off(task, data_dir, build_
 @pytest.mark.parametrize("blocks", [True, False])
 def test_a_wrong_output_in_the_middle_of_a_block_names_its_input(task, data_dir, build_pool, blocks):
     # Call 20 is round 19, in the middle of the block of rounds 5..36.
-    r = _score(task, _odd_call(data_dir, "wrong", 20), build_pool, round_blocks=blocks)
+    r = _score(task, _odd_call(data_dir, "wrong", 20), build_pool, correctness_block=blocks)
     assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
     assert r.detail.startswith("correctness input 20 of 40:"), r.detail
 
 
 @pytest.mark.parametrize("blocks", [True, False])
 def test_a_wrong_structure_in_a_block_gets_the_same_verdict_as_without(task, data_dir, build_pool, blocks):
-    r = _score(task, _odd_call(data_dir, "shape", 12), build_pool, round_blocks=blocks)
+    r = _score(task, _odd_call(data_dir, "shape", 12), build_pool, correctness_block=blocks)
     assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
     assert r.detail == "output 0 has shape (8191,), expected (8192,)", r.detail
 
@@ -86,7 +82,7 @@ def test_a_call_that_hangs_in_a_block_is_a_timeout(task, data_dir, build_pool):
                warmup_rounds=1, min_call_timeout_s=0.1, first_call_timeout_s=1.0)
     assert r.verdict is Verdict.TIMEOUT, (r.verdict, r.detail)
     # Ended at the hung call's own bound, not the block's: the worker reports each call as it ends.
-    assert "did not finish round 2 (call 2 of a block of 3, at most 2.1 s) within 2.1 s" in r.detail, r.detail
+    assert "did not finish correctness round 2 (call 2 of a block of 3, at most 2.1 s) within 2.1 s" in r.detail, r.detail
     assert time.monotonic() - t0 < 30
 
 
@@ -96,7 +92,7 @@ def test_a_call_over_its_bound_in_a_block_is_a_timeout_by_its_reported_time(task
     r = _score(task, _odd_call(data_dir, "sleep", 3, 0.8), build_pool, num_correctness_inputs=4,
                warmup_rounds=1, min_call_timeout_s=0.3, first_call_timeout_s=1.0)
     assert r.verdict is Verdict.TIMEOUT, (r.verdict, r.detail)
-    assert r.detail.startswith("round 2 (in a block): a call took"), r.detail
+    assert r.detail.startswith("correctness round 2 (in a block): a call took"), r.detail
     assert "per-call bound of 0.3 s" in r.detail, r.detail
 
 
@@ -112,7 +108,7 @@ def test_the_score_is_timed_only_after_correctness(task, data_dir, build_pool):
     assert t.cand_time_us_median < 10_000, t
     assert r.evidence.phases_s["correctness"] > 1.2, r.evidence.phases_s
     # Without blocks the same correctness rounds are timed, and they make the median.
-    r = _score(task, slow, build_pool, round_blocks=False)
+    r = _score(task, slow, build_pool, correctness_block=False)
     assert r.verdict is Verdict.OK, r.detail
     assert r.evidence.timing.block_rounds == 0 and r.evidence.timing.cand_time_us_median > 25_000, r.evidence.timing
 
@@ -170,26 +166,10 @@ def test_a_lone_call_result_is_checked_the_same_way():
 
 
 def test_which_rounds_run_in_blocks():
-    assert blocked_rounds(ScoreConfig(), False) == range(5, 1000)
-    assert blocked_rounds(ScoreConfig(warmup_rounds=0, num_correctness_inputs=10), False) == range(1, 10)
-    assert not blocked_rounds(ScoreConfig(warmup_rounds=5, num_correctness_inputs=3), False)
-    assert not blocked_rounds(ScoreConfig(round_blocks=False), False)
-    # Timed: every round after the warm-up.
-    timed = blocked_rounds(ScoreConfig(), True)
-    assert timed.start == 5 and 10**9 in timed and 4 not in timed
-    assert not blocked_rounds(ScoreConfig(round_blocks=False), True)
-
-
-def test_a_timed_block_round_carries_the_block_means():
-    lone = round_sample({"r": 7, "t": 1000, "j": 1300, "e": 0.9, "pre": 5})
-    assert (lone.t, lone.untimed, lone.e) == (1000, 300, 0.9)
-    # A block whose first call did all the work: each of its rounds is a sample of the mean call,
-    # so the block counts its sum, however the work was spread over its calls.
-    block = [{"r": 8, "t": 9000, "e": None, "pre": 5}, {"r": 9, "t": 100, "e": None, "pre": 5},
-             {"r": 10, "t": 100, "e": None, "pre": 5}]
-    means = {"bt": sum(b["t"] for b in block) // 3, "bj": 12_000 // 3}
-    samples = [round_sample({**b, **means}) for b in block]
-    assert {(s.t, s.untimed, s.e) for s in samples} == {(3066, 934, None)}
+    assert correctness_block_rounds(ScoreConfig()) == range(5, 1000)
+    assert correctness_block_rounds(ScoreConfig(warmup_rounds=0, num_correctness_inputs=10)) == range(1, 10)
+    assert not correctness_block_rounds(ScoreConfig(warmup_rounds=5, num_correctness_inputs=3))
+    assert not correctness_block_rounds(ScoreConfig(correctness_block=False))
 
 
 def test_the_option_is_a_bool_on_the_cli_and_the_wire():
@@ -199,11 +179,11 @@ def test_the_option_is_a_bool_on_the_cli_and_the_wire():
     def config(*flags: str) -> ScoreConfig:
         return _config_from(build_parser().parse_args(["score", "--task", "t", "--candidate", "c", *flags]))
 
-    assert config().round_blocks is True
-    assert config("--no-round-blocks").round_blocks is False
-    assert config("--round-blocks").round_blocks is True
+    assert config().correctness_block is True
+    assert config("--no-correctness-block").correctness_block is False
+    assert config("--correctness-block").correctness_block is True
     for value in (True, False):
-        assert config_from_pb(options_to_pb({"round_blocks": value}), "cpu").round_blocks is value
-    assert config_from_pb(options_to_pb({}), "cpu").round_blocks is True
-    with pytest.raises(ConfigError, match="round_blocks"):
-        ScoreConfig(round_blocks=1)  # type: ignore[arg-type]
+        assert config_from_pb(options_to_pb({"correctness_block": value}), "cpu").correctness_block is value
+    assert config_from_pb(options_to_pb({}), "cpu").correctness_block is True
+    with pytest.raises(ConfigError, match="correctness_block"):
+        ScoreConfig(correctness_block=1)  # type: ignore[arg-type]
