@@ -29,12 +29,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from evalfarm import bubblewrap  # noqa: E402
 from evalfarm.build import BuildPool  # noqa: E402
 from evalfarm.config import ScoreConfig  # noqa: E402
 from evalfarm.scoring import as_candidate, as_task, score  # noqa: E402
 from evalfarm.verdict import Verdict  # noqa: E402
 
 ADV = ROOT / "tests" / "adversarial"
+CHANNEL = "channel"
 DATA = ROOT / "tests" / "data"
 
 
@@ -71,7 +73,7 @@ ATTACKS = [
     Attack("runtime/forward_hook_slow_reference.py", SCALE),
     Attack("runtime/forward_hook_work_in_reference.py", SCALE),
     Attack("runtime/zero_shortcut.py", ZERO),
-    Attack("runtime/stale_matmul.py", MATMUL, replace=(('COUNT_PATH = ""', 'COUNT_PATH = "{tmp}/reused"'),)),
+    Attack("runtime/stale_matmul.py", MATMUL, replace=(('COUNT_PATH = ""', 'COUNT_PATH = "{channel}/reused"'),)),
     Attack("runtime/harness_clock_patch.py", SCALE),
     Attack("runtime/filesystem_remove.py", SCALE, replace=(('VICTIM = ""', 'VICTIM = "{tmp}/victim"'),)),
     Attack("gpu/cuda_graph_replay.py", RELU, gpu_only=True),
@@ -89,7 +91,7 @@ def _source(a: Attack, tmp: str, port: int) -> str:
     for old, new in a.replace:
         if old not in src:
             raise SystemExit(f"{a.file}: the text {old!r} to replace is not in the file")
-        src = src.replace(old, new.format(tmp=tmp, port=port))
+        src = src.replace(old, new.format(tmp=tmp, port=port, channel=Path(tmp, CHANNEL)))
     return src
 
 
@@ -164,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="attack-sweep-") as tmp:
         os.chmod(tmp, 0o777)  # reachable by workers that drop to an unprivileged uid (run as root)
+        # The one directory a candidate may write to (an attack's own report, e.g. stale_matmul's
+        # count), as the tests' host channel opens it: mode 0777 and bound into bubblewrap
+        # sandboxes. The victim file of filesystem_remove stays outside it.
+        channel = Path(tmp, CHANNEL)
+        channel.mkdir(mode=0o777)
+        channel.chmod(0o777)
+        os.environ[bubblewrap.SHARED_ENV] = str(channel)
         pool = BuildPool(max_workers=2, cache_dir=str(Path(tmp, "cache")))
         try:
             for mode in modes:

@@ -33,8 +33,24 @@ def _args() -> argparse.Namespace:
                    help="the checkout whose evalfarm is used (default: this one)")
     p.add_argument("--label", default="", help="a name for this run in the JSON")
     p.add_argument("--size-profile", default="auto", help="the tasks' size profile (e.g. small: short kernels)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a ScoreConfig field for every evaluation, VALUE as JSON (e.g. correctness_block=false); repeatable")
     p.add_argument("--out", type=Path, default=None)
     return p.parse_args()
+
+
+def options(pairs: list[str]) -> dict[str, object]:
+    """--option KEY=VALUE pairs as ScoreConfig changes (VALUE parsed as JSON, else kept as text)."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--option wants KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
 
 
 def identical_source(task_source: str) -> str:
@@ -54,7 +70,7 @@ def main() -> int:
     kinds = set(args.kinds.split(","))
     cfg = ScoreConfig(device=args.device, size_profile=args.size_profile, num_correctness_inputs=args.inputs,
                       timing_budget_s=args.budget,
-                      min_timed_rounds=20, reverify_above=0)
+                      min_timed_rounds=20, reverify_above=0, **options(args.option))
     rows = []
     start = time.monotonic()
     work = []  # (task key, task, variant name, kind, candidate)
@@ -102,7 +118,7 @@ def main() -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out:
-        args.out.write_text(json.dumps({"label": args.label, "root": str(args.root), "rows": rows}, indent=2))
+        args.out.write_text(json.dumps({"label": args.label, "root": str(args.root), "options": args.option, "rows": rows}, indent=2))
     bad = [r for r in rows if r["verdict"] != "OK"]
     print(f"{'task':<7}{'variant':<34}{'verdict':<15}{'speedup':>8}{'raw':>8}{'ref us':>10}{'cand us':>10}"
           f"{'chg us':>8}{'xs us':>8}{'s':>6}")

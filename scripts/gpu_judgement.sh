@@ -5,7 +5,8 @@
 #   compare: built-in fast variants and identical copies, scored by this farm and by the farm in
 #            .before/ (another checkout's evalfarm, e.g. `git archive <rev> evalfarm scripts`),
 #            REPS times each, interleaved (after, before, after, before, ...); PROFILE=small for
-#            the tasks' small sizes (calls of tens of microseconds)
+#            the tasks' small sizes (calls of tens of microseconds); SIDES="after noblocks before"
+#            adds this farm with one exchange per call (correctness_block off) to each repetition
 #   corpus:  the honest corpus's CUDA kernels (scripts/honest_sweep.py; STATIC=on|off|both)
 #   attacks: the adversarial suite's attacks, static rules on and off (scripts/attack_sweep.py)
 set -uo pipefail
@@ -25,10 +26,11 @@ if [[ $what == tests || $what == all ]]; then
 fi
 if [[ $what == compare || $what == all ]]; then
   for rep in $(seq 1 "${REPS:-1}"); do
-    for side in after before; do
+    for side in ${SIDES:-after before}; do
       root=$PWD; [[ $side == before ]] && root=$PWD/.before
+      opts=(); [[ $side == noblocks ]] && opts=(--option correctness_block=false)
       [[ -d $root/evalfarm ]] || { echo "no $root/evalfarm: skipping $side"; continue; }
-      timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side-$rep" --kinds fast,identical \
+      timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side-$rep" --kinds fast,identical "${opts[@]}" \
         --size-profile "${PROFILE:-auto}" --tasks "$tasks" --inputs 100 --budget 2.0 --max-seconds $((secs - 30)) --out "$OUT/$side-$rep.json" \
         > "$OUT/$side-$rep.log" 2>&1
       tail -n 14 "$OUT/$side-$rep.log"
