@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The judgement work's GPU checks in one call (logs under $OUT; short tables printed last):
 #   bash scripts/gpu_judgement.sh [tests|compare|corpus|attacks|all] [seconds per stage]
-#   tests:   the GPU judge tests and the adversarial GPU suite
+#   tests:   the GPU judge tests and the adversarial GPU suite (WORKERS=4: four at a time)
 #   compare: built-in fast variants and identical copies, scored by this farm and by the farm in
 #            .before/ (another checkout's evalfarm, e.g. `git archive <rev> evalfarm scripts`),
 #            REPS times each, interleaved (after, before, after, before, ...); PROFILE=small for
@@ -20,7 +20,10 @@ if ! command -v bwrap >/dev/null 2>&1 && [[ -x .bin/bwrap ]]; then export PATH=$
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 if [[ $what == tests || $what == all ]]; then
   # SIGINT at the limit, so pytest still prints what passed and failed (SIGTERM leaves no summary)
-  timeout -s INT "$secs" python3 -m pytest -m gpu -v -rfE -p no:cacheprovider --durations=10 \
+  # WORKERS=N runs them N at a time (pytest-xdist): their builds and set-ups overlap, their GPU
+  # evaluations still take turns (evalfarm.judge.gpu_lease). Serially they need ~10 minutes.
+  par=(); [[ -n ${WORKERS:-} ]] && par=(-n "$WORKERS")
+  timeout -s INT "$secs" python3 -m pytest -m gpu "${par[@]}" -v -rfE -p no:cacheprovider --durations=10 \
     tests/adversarial/test_gpu_attacks.py tests/adversarial/test_gpu_runtime_attacks.py \
     tests/test_gpu.py tests/test_gpu_sharing.py -k "not builtin_cuda_variants_pass" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 fi
