@@ -161,6 +161,7 @@ def run_stream(client: Any, stream: list[StreamItem], options: dict[str, Any], t
                 "verdict": res.verdict.value, "speedup": res.speedup, "latency_s": time.monotonic() - t_sent,
                 "phases_s": dict(ev.phases_s), "seconds": ev.timing.seconds if ev.timing else None,
                 "block_rounds": ev.timing.block_rounds if ev.timing else None,
+                "blocks": ev.timing.blocks if ev.timing else None,
                 "timed_rounds": ev.timing.rounds if ev.timing else None,
                 "build_s": sum(float(e.get("seconds", 0) or 0) for e in ev.build.get("extensions", [])
                                if isinstance(e, dict) and not e.get("cache_hit")),

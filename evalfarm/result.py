@@ -34,6 +34,12 @@ class TimingEvidence:
     # Correctness rounds run in blocks (ScoreConfig.correctness_block): their outputs were checked;
     # their inputs were all written before the block, so their times are never used.
     block_rounds: int = 0
+    # How those blocks went, a diagnostic never used for the score (evalfarm.judge.judge.BlockLog):
+    # count; per worker the median over blocks of the mean call and of the mean leftover per round
+    # (call_us_reference, leftover_us_candidate, ...); and the median ratio of the reference's
+    # block calls to the candidate's, split by whose block ran first (ref_over_cand_reference_first,
+    # blocks_candidate_first, ...). None without blocks.
+    blocks: dict[str, Any] | None = None
     # The untimed moment before each call (L2 flush and sync, after the inputs were written), median
     # per worker, and what was added to every candidate call for its excess (evalfarm.judge.judge).
     pre_call_ref_us_median: float | None = None

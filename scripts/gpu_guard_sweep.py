@@ -111,6 +111,8 @@ def main() -> int:
                    "charge_us": max(getattr(t, "pre_call_charge_us", 0.0) or 0.0,
                                     getattr(t, "exchange_charge_us", 0.0) or 0.0) if t else None,
                    "exchange_excess_us": getattr(t, "exchange_excess_us", None) if t else None,
+                   # How the correctness blocks went per worker (a diagnostic; an older farm has none).
+                   "blocks": getattr(t, "blocks", None) if t else None,
                    "detail": r.detail[:300], "floor_applied": floor.get("applied"),
                    "guards": r.evidence.guards, "seconds": time.monotonic() - t0,
                    "phases": r.evidence.phases_s,

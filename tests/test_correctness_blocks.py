@@ -11,6 +11,7 @@ from evalfarm import ScoreConfig, Verdict
 from evalfarm.config import ConfigError
 from evalfarm.judge.judge import (
     BLOCK_NOTE,
+    BlockLog,
     Verdicted,
     block_results,
     check_round_result,
@@ -53,6 +54,12 @@ def test_an_honest_candidate_is_ok_with_blocks_on_and_off(task, data_dir, build_
     # Every correctness round after the warm-up ran in a block: a batch ends where correctness does.
     assert t.block_rounds == (IN_BLOCKS if blocks else 0), t
     assert (BLOCK_NOTE in r.evidence.isolation) is blocks, r.evidence.isolation
+    if blocks:  # how the blocks went, per worker: evidence for the diagnosis, not the score
+        b = t.blocks
+        assert b["count"] == b["blocks_reference_first"] + b["blocks_candidate_first"] >= 2, b
+        assert b["call_us_reference"] > 0 and b["call_us_candidate"] > 0 and b["leftover_us_candidate"] > 0, b
+    else:
+        assert t.blocks is None, t
     ph = r.evidence.phases_s
     assert 0 < ph["rounds_calls"] <= ph["rounds_exchange"], ph
     assert 0 < ph["rounds_poison"] <= ph["rounds_prepare"], ph
@@ -187,3 +194,18 @@ def test_the_option_is_a_bool_on_the_cli_and_the_wire():
     assert config_from_pb(options_to_pb({}), "cpu").correctness_block is True
     with pytest.raises(ConfigError, match="correctness_block"):
         ScoreConfig(correctness_block=1)  # type: ignore[arg-type]
+
+
+def test_the_block_log_summarises_per_worker_and_by_order():
+    log = BlockLog()
+    assert log.summary() is None
+    # Two blocks of 4 rounds with the reference first, one with the candidate first; the
+    # reference's calls take 2x the candidate's in the first order and 1x in the other.
+    log.add("reference", 4, {"reference": 8000, "candidate": 4000}, {"reference": 40_000, "candidate": 44_000})
+    log.add("reference", 4, {"reference": 8000, "candidate": 4000}, {"reference": 40_000, "candidate": 44_000})
+    log.add("candidate", 4, {"reference": 4000, "candidate": 4000}, {"reference": 40_000, "candidate": 40_000})
+    s = log.summary()
+    assert s["count"] == 3 and s["blocks_reference_first"] == 2 and s["blocks_candidate_first"] == 1
+    assert s["call_us_reference"] == 2.0 and s["call_us_candidate"] == 1.0
+    assert s["leftover_us_reference"] == 10.0 and s["leftover_us_candidate"] == 11.0
+    assert s["ref_over_cand_reference_first"] == 2.0 and s["ref_over_cand_candidate_first"] == 1.0

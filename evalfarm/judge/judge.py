@@ -425,6 +425,7 @@ class Judge:
         self._notify = notify
         self._lease: gpu_lease.GpuLease | None = None
         self.block_rounds = correctness_block_rounds(self.config)
+        self.block_log = BlockLog()  # how the blocks' calls went, per worker: evidence only
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -931,11 +932,16 @@ class Judge:
         for plan in plans:
             plan.first = first  # whose block ran first (what a saved structure failure looks at)
         results: dict[str, list[dict[str, Any]]] = {}
+        call_ns: dict[str, int] = {}
+        leftover_ns: dict[str, int] = {}
         for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
             t_step = time.monotonic()
-            results[role] = self._run_block_calls(role, plans, self._wait_bound(role))
+            results[role], go_ns = self._run_block_calls(role, plans, self._wait_bound(role))
             self.round_phases["rounds_exchange"] += time.monotonic() - t_step
-            self.round_phases["rounds_calls"] += sum(res["t"] for res in results[role]) / 1e9
+            call_ns[role] = sum(res["t"] for res in results[role])
+            leftover_ns[role] = go_ns - call_ns[role]
+            self.round_phases["rounds_calls"] += call_ns[role] / 1e9
+        self.block_log.add(first, len(plans), call_ns, leftover_ns)
         for k, plan in enumerate(plans):  # in round order, as lone calls are checked
             plan.times = {role: results[role][k] for role in (REFERENCE, CANDIDATE)}
             t_cand = plan.times[CANDIDATE]["t"]
@@ -946,10 +952,11 @@ class Judge:
                     f"{self.t_ref_est * 1e3:.3f} ms, at least {cfg.min_call_timeout_s:g} s)"))
             self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * plan.times[REFERENCE]["t"] / 1e9
 
-    def _run_block_calls(self, role: str, plans: list[RoundPlan], per_call: float) -> list[dict[str, Any]]:
+    def _run_block_calls(self, role: str, plans: list[RoundPlan], per_call: float) -> tuple[list[dict[str, Any]], int]:
         """One worker's part of a correctness block: prepare_block (the first call's preparation),
         then every round's inputs written, then go; the worker runs the rounds in order and replies
-        once. Returns the per-round results, checked against the rounds sent."""
+        once. Returns the per-round results, checked against the rounds sent, and the judge's
+        nanoseconds from go to reply."""
         worker = self.ref if role == REFERENCE else self.cand
         rounds = [plan.r for plan in plans]
         span = f"correctness rounds {rounds[0]} to {rounds[-1]}" if len(rounds) > 1 else f"correctness round {rounds[0]}"
@@ -962,14 +969,14 @@ class Judge:
         n = len(plans)
         whats = [f"correctness round {r} (call {k + 1} of a block of {n}, at most {per_call:.3g} s)"
                  for k, r in enumerate(rounds)]
-        res, _ = self._exchange(role, message, plans, whats[-1], per_call, list(zip(rounds[:-1], whats, strict=False)),
-                                preparing=span)
+        res, go_ns = self._exchange(role, message, plans, whats[-1], per_call,
+                                    list(zip(rounds[:-1], whats, strict=False)), preparing=span)
         if res.get("op") != "block":
             self._raise_call_error(role, res, next((plan for plan in plans if plan.r == res.get("round")), None))
         results = block_results(res, rounds)
         if role == CANDIDATE:
             self._check_contained(worker)
-        return results
+        return results, go_ns
 
     def _blame_busy_gpu(self, waited_s: float) -> Verdicted:
         """The reference worker found the GPU busy before its call, with the candidate's process
@@ -1153,7 +1160,7 @@ class Judge:
             raw_speedup=stats.score,
             ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
             audited_rounds=audited, seconds=time.monotonic() - start, set_aside_rounds=set_aside,
-            block_rounds=in_blocks,
+            block_rounds=in_blocks, blocks=self.block_log.summary(),
             pre_call_ref_us_median=statistics.median(pre_ref_all) / 1e3,
             pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=pre_charge / 1e3,
             untimed_ref_us_median=statistics.median(untimed_ref_all) / 1e3,
@@ -1378,6 +1385,38 @@ def reference_alias_facts(first_out: Any, second_out: Any, second_inputs: list[A
     in_spans = [data_span(a) for a in second_inputs if isinstance(a, torch.Tensor)]
     return {"ref_persists": any(storage_span(o)[0] in firsts for o in seconds),
             "ref_aliases_input": any(overlaps(storage_span(o), in_spans) for o in seconds)}
+
+
+class BlockLog:
+    """How each correctness block went for each worker, kept as evidence (``TimingEvidence.blocks``)
+    and never used for the score: the mean call and the mean leftover per round (the judge's go to
+    reply beyond the calls) of both workers' blocks, and their ratio split by which worker's block
+    ran first. For an identical copy both should match; a ratio that depends on the order shows
+    the second block of a batch running under other conditions than the first."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, int, dict[str, int], dict[str, int]]] = []
+
+    def add(self, first: str, n: int, call_ns: dict[str, int], leftover_ns: dict[str, int]) -> None:
+        self.rows.append((first, n, dict(call_ns), dict(leftover_ns)))
+
+    def summary(self) -> dict[str, Any] | None:
+        """Medians over the blocks, in microseconds per round; None without blocks."""
+        if not self.rows:
+            return None
+
+        def med(values: list[float]) -> float | None:
+            return round(statistics.median(values), 3) if values else None
+
+        out: dict[str, Any] = {"count": len(self.rows)}
+        for role in (REFERENCE, CANDIDATE):
+            out[f"call_us_{role}"] = med([c[role] / n / 1e3 for _, n, c, _ in self.rows])
+            out[f"leftover_us_{role}"] = med([lo[role] / n / 1e3 for _, n, _, lo in self.rows])
+        for role in (REFERENCE, CANDIDATE):
+            ratios = [c[REFERENCE] / c[CANDIDATE] for first, _, c, _ in self.rows if first == role and c[CANDIDATE] > 0]
+            out[f"ref_over_cand_{role}_first"] = med(ratios)
+            out[f"blocks_{role}_first"] = len(ratios)
+        return out
 
 
 def correctness_block_rounds(cfg: ScoreConfig) -> range:
