@@ -341,6 +341,14 @@ class AsyncFarmClient:
                 log.warning("event=daemon_down endpoint=%s code=%s", ep.target, err.code().name)
             ep.up = False
             return None
+        except asyncio.CancelledError:
+            # Discovery removed the daemon while it was being asked: closing its channel cancels
+            # the call, not this task. A cancellation of the task itself (the client closing)
+            # still ends it.
+            task = asyncio.current_task()
+            if ep.removed and (task is None or not task.cancelling()):
+                return None
+            raise
         was_up = ep.up
         ep.slots, ep.queue_limit, ep.draining, ep.host = cap.slots, cap.queue_limit, cap.draining, cap.host
         ep.device_mode, ep.gpu_names = cap.device_mode, tuple(cap.gpu_names)
@@ -358,13 +366,15 @@ class AsyncFarmClient:
     async def _poll_loop(self) -> None:
         while True:
             await asyncio.sleep(self.poll_interval_s)
-            await asyncio.gather(*(self._poll_one(ep) for ep in self._endpoints))
+            await asyncio.gather(*(self._poll_one(ep) for ep in list(self._endpoints)))
             self._check_unavailable()
 
     async def capacity(self) -> dict[str, pb.CapacityResponse | None]:
-        """The latest Capacity of every endpoint (None when unreachable)."""
-        caps = await asyncio.gather(*(self._poll_one(ep) for ep in self._endpoints))
-        return {ep.target: cap for ep, cap in zip(self._endpoints, caps, strict=True)}
+        """The latest Capacity of every endpoint in use (None when unreachable); a daemon that
+        discovery removes meanwhile is left out."""
+        endpoints = list(self._endpoints)  # discovery may change the list while they answer
+        caps = await asyncio.gather(*(self._poll_one(ep) for ep in endpoints))
+        return {ep.target: cap for ep, cap in zip(endpoints, caps, strict=True) if not ep.removed}
 
     # -- submission ----------------------------------------------------------------------
     @property

@@ -12,7 +12,9 @@ import pytest
 
 from evalfarm.client import FarmClient
 from evalfarm.client.cli import run_status
+from evalfarm.client.core import AsyncFarmClient, _Endpoint
 from evalfarm.client.discovery import Discovery, Dns, EndpointSpecError, File, Static, parse_spec
+from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.verdict import Verdict
 from learner.farm import FarmOutcome, one_model_per_group
 
@@ -147,3 +149,53 @@ def test_status_fleet_table(daemon_factory, capsys: pytest.CaptureFixture[str]) 
     assert run_status(args) == 0
     out = capsys.readouterr().out
     assert "UNREACHABLE" in out and a.target in out and "2/3 daemons reachable" in out
+
+
+class _CancelledOnClose:
+    """A daemon's channel and stub whose Capacity call hangs until the channel closes, which cancels
+    the call (not the task awaiting it), as grpc.aio does."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+        self.pending: asyncio.Future[None] | None = None
+
+    async def Capacity(self, request, timeout=None, metadata=None):  # noqa: N802 - the stub's name
+        self.pending = asyncio.get_running_loop().create_future()
+        self.asked.set()
+        await self.pending
+
+    async def close(self, grace=None) -> None:
+        if self.pending is not None:
+            self.pending.cancel()
+
+
+class _Answers:
+    async def Capacity(self, request, timeout=None, metadata=None):  # noqa: N802
+        return pb.CapacityResponse(slots=1, queue_limit=4, host="kept")
+
+
+def test_capacity_leaves_out_a_daemon_removed_while_it_is_asked() -> None:
+    # A daemon that discovery removes while a Capacity call to it is under way: its channel is
+    # closed, which cancels that call. capacity() answers for the daemons still in use instead of
+    # raising CancelledError (seen when an endpoints file changed under a polling client).
+    async def main() -> None:
+        client = AsyncFarmClient(["127.0.0.1:1"])
+        gone_io = _CancelledOnClose()
+        gone = _Endpoint("gone:1", gone_io, gone_io)  # type: ignore[arg-type]
+        kept = _Endpoint("kept:1", _CancelledOnClose(), _Answers())  # type: ignore[arg-type]
+        client._endpoints = [gone, kept]
+        asking = asyncio.ensure_future(client.capacity())
+        await asyncio.wait_for(gone_io.asked.wait(), 5)
+        client._remove_endpoint(gone)
+        caps = await asyncio.wait_for(asking, 5)
+        assert list(caps) == ["kept:1"] and caps["kept:1"].host == "kept"
+        # A cancellation of the caller itself still cancels it.
+        stuck_io = _CancelledOnClose()
+        client._endpoints = [_Endpoint("stuck:1", stuck_io, stuck_io)]  # type: ignore[arg-type]
+        asking = asyncio.ensure_future(client.capacity())
+        await asyncio.wait_for(stuck_io.asked.wait(), 5)
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+
+    asyncio.run(main())
