@@ -1398,7 +1398,7 @@ class BlockLog:
         self.rows: list[tuple[str, int, dict[str, int], dict[str, int]]] = []
 
     def add(self, first: str, n: int, call_ns: dict[str, int], leftover_ns: dict[str, int]) -> None:
-        self.rows.append((first, n, dict(call_ns), dict(leftover_ns)))
+        self.rows.append((first, n, call_ns, leftover_ns))
 
     def summary(self) -> dict[str, Any] | None:
         """Medians over the blocks, in microseconds per round; None without blocks."""
@@ -1412,7 +1412,6 @@ class BlockLog:
         for role in (REFERENCE, CANDIDATE):
             out[f"call_us_{role}"] = med([c[role] / n / 1e3 for _, n, c, _ in self.rows])
             out[f"leftover_us_{role}"] = med([lo[role] / n / 1e3 for _, n, _, lo in self.rows])
-        for role in (REFERENCE, CANDIDATE):
             ratios = [c[REFERENCE] / c[CANDIDATE] for first, _, c, _ in self.rows if first == role and c[CANDIDATE] > 0]
             out[f"ref_over_cand_{role}_first"] = med(ratios)
             out[f"blocks_{role}_first"] = len(ratios)
