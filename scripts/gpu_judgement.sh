@@ -6,7 +6,9 @@
 #            .before/ (another checkout's evalfarm, e.g. `git archive <rev> evalfarm scripts`),
 #            REPS times each, interleaved (after, before, after, before, ...); PROFILE=small for
 #            the tasks' small sizes (calls of tens of microseconds); SIDES="after noblocks before"
-#            adds this farm with one exchange per call (correctness_block off) to each repetition
+#            adds this farm with one exchange per call (correctness_block off) to each repetition,
+#            "noseccomp" this farm with the workers' seccomp filter off (EVALFARM_SECCOMP=0),
+#            "pinned" / "shared" with its processes on a core each / on one core (EVALFARM_PIN_CORES)
 #   corpus:  the honest corpus's CUDA kernels (scripts/honest_sweep.py; STATIC=on|off|both)
 #   attacks: the adversarial suite's attacks, static rules on and off (scripts/attack_sweep.py)
 set -uo pipefail
@@ -32,8 +34,11 @@ if [[ $what == compare || $what == all ]]; then
     for side in ${SIDES:-after before}; do
       root=$PWD; [[ $side == before ]] && root=$PWD/.before
       opts=(); [[ $side == noblocks ]] && opts=(--option correctness_block=false)
+      envs=(); [[ $side == noseccomp ]] && envs=(EVALFARM_SECCOMP=0)
+      [[ $side == pinned ]] && envs=(EVALFARM_PIN_CORES=own)
+      [[ $side == shared ]] && envs=(EVALFARM_PIN_CORES=shared)
       [[ -d $root/evalfarm ]] || { echo "no $root/evalfarm: skipping $side"; continue; }
-      timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side-$rep" --kinds fast,identical "${opts[@]}" \
+      env "${envs[@]}" timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side-$rep" --kinds fast,identical "${opts[@]}" \
         --size-profile "${PROFILE:-auto}" --tasks "$tasks" --inputs 100 --budget 2.0 --max-seconds $((secs - 30)) --out "$OUT/$side-$rep.json" \
         > "$OUT/$side-$rep.log" 2>&1
       tail -n 14 "$OUT/$side-$rep.log"

@@ -9,6 +9,7 @@ core of its own (the "pinned" rows). Prints one row per protocol:
 median reference and candidate call times and their ratio.
 
     python scripts/gpu_switch_probe.py --rounds 400 --numel 1048576
+    python scripts/gpu_switch_probe.py --rounds 300 --numel 131072 --only "GPU busy,full protocol"
 """
 
 from __future__ import annotations
@@ -269,6 +270,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=400)
     ap.add_argument("--numel", type=int, default=1 << 20)
+    ap.add_argument("--only", default="", help="run the protocols whose names contain one of these "
+                    "comma-separated substrings (the in-process rows always run, as the baseline)")
     args = ap.parse_args()
     torch.cuda.init()
     n, k = args.rounds, args.numel
@@ -292,7 +295,13 @@ def main() -> None:
         ("in-process, sleep 1 ms, pinned", pinned_judge(lambda: inproc(n, k, sleep_s=1e-3))),
         ("in-process, spin 1 ms", lambda: inproc(n, k, spin_s=1e-3)),
         ("in-process, sleep 1 ms + spin 200 us", lambda: inproc(n, k, sleep_s=1e-3, spin_after_s=2e-4)),
+        # The GPU's clock drops while it idles (345 MHz against 1980 under load on an H200): a
+        # busy kernel right before the L2 flush, in the timing process, as a clock warm-up.
+        ("in-process, sleep 1 ms, GPU busy 200 us", lambda: inproc(n, k, sleep_s=1e-3, busy_us=200)),
+        ("in-process, sleep 1 ms, GPU busy 1 ms", lambda: inproc(n, k, sleep_s=1e-3, busy_us=1000)),
         ("full protocol", lambda: two_process(n, k, True, True, 0)),
+        ("full protocol, GPU busy 200 us", lambda: two_process(n, k, True, True, 0, busy_us=200)),
+        ("full protocol, GPU busy 1 ms", lambda: two_process(n, k, True, True, 0, busy_us=1000)),
         ("full protocol, pinned", pinned_judge(lambda: two_process(n, k, True, True, 0, cores=pinned))),
         ("full protocol, pinned, 1 warm-up call", pinned_judge(lambda: two_process(n, k, True, True, 1,
                                                                                    cores=pinned))),
@@ -302,6 +311,9 @@ def main() -> None:
     ]
     if pinned is None:
         protocols = [p for p in protocols if "pinned" not in p[0]]
+    if args.only:
+        wanted = [w for w in args.only.split(",") if w]
+        protocols = [p for p in protocols if p[0].startswith("in-process (") or any(w in p[0] for w in wanted)]
     rows = []
     for name, run in protocols:
         res = run()

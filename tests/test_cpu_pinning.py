@@ -26,6 +26,19 @@ def test_each_process_of_a_gpu_evaluation_gets_a_core_of_its_own(monkeypatch):
     assert sparse is not None and sorted([sparse.judge, sparse.reference, sparse.candidate]) == [4, 9, 33]
 
 
+def test_shared_pinning_puts_all_three_processes_of_a_gpu_evaluation_on_one_core(monkeypatch):
+    monkeypatch.setenv(cpu_pinning.PIN_ENV, "shared")
+    allowed = set(range(16))
+    assert cpu_pinning.plan("cuda:0", allowed) == cpu_pinning.CorePlan(judge=0, reference=0, candidate=0)
+    assert cpu_pinning.plan("cuda:3", allowed) == cpu_pinning.CorePlan(judge=3, reference=3, candidate=3)
+    assert cpu_pinning.plan("cuda:17", allowed) == cpu_pinning.CorePlan(judge=1, reference=1, candidate=1)
+    assert cpu_pinning.plan("cuda:1", {5, 7, 40}) == cpu_pinning.CorePlan(judge=7, reference=7, candidate=7)
+    assert cpu_pinning.plan("cpu", allowed) is None
+    for value, expected in (("own", "own"), ("1", "own"), ("SHARED", "shared"), ("0", "off"), ("junk", "off")):
+        monkeypatch.setenv(cpu_pinning.PIN_ENV, value)
+        assert cpu_pinning.mode() == expected
+
+
 def test_pinning_is_off_by_default_and_never_for_cpu_evaluations_or_small_hosts(monkeypatch):
     monkeypatch.delenv(cpu_pinning.PIN_ENV, raising=False)
     assert cpu_pinning.plan("cuda:0", set(range(16))) is None  # measured no better: opt-in

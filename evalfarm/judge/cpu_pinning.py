@@ -10,7 +10,8 @@ In a two-process probe (scripts/gpu_switch_probe.py, H100) pinning moved the pro
 not: the small-profile L1/1 and L2/3 variants scored the same pinned and not, within the runs'
 own spread (tanh_gelu 2.93 and 2.78 pinned, 2.88 and 2.87 not; identical copies 0.96-1.01 in
 both; docs/security.md), and a pinned judge does its CPU work on one core. So it is off by
-default: ``EVALFARM_PIN_CORES=1`` turns it on, for hosts where it measures better.
+default: ``EVALFARM_PIN_CORES=1`` turns it on, for hosts where it measures better, and
+``EVALFARM_PIN_CORES=shared`` puts all three processes on one core.
 
 The cores come from the judge's allowed set, three per GPU index, so the slots of a daemon on a
 host with 3 x GPUs cores or more do not share. CPU evaluations are never pinned (their workers'
@@ -20,8 +21,10 @@ threads share a quota, evalfarm.cgroup).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
+log = logging.getLogger("evalfarm.judge")
 PIN_ENV = "EVALFARM_PIN_CORES"
 # The cores this process was allowed before pin_self narrowed it to one.
 _allowed_before_pin: set[int] | None = None
@@ -38,13 +41,29 @@ class CorePlan:
 
 
 def enabled() -> bool:
-    return os.environ.get(PIN_ENV, "0") in ("1", "on", "true")
+    return mode() != "off"
+
+
+def mode() -> str:
+    """"off", "own" (a core for each of the three processes) or "shared" (one core for all
+    three: they never compute at the same time, and each call then runs on the core the process
+    before it just left, whichever worker it is)."""
+    value = os.environ.get(PIN_ENV, "0").strip().lower()
+    if value in ("1", "on", "true", "own"):
+        return "own"
+    if value == "shared":
+        return "shared"
+    if value not in ("", "0", "off", "false"):
+        log.warning("%s=%r is not one of 0, own (or 1), shared: cores not pinned", PIN_ENV, value)
+    return "off"
 
 
 def plan(device: str, allowed: set[int] | None = None) -> CorePlan | None:
-    """Three distinct cores for a judge on ``device`` ("cuda:N"), or None: a CPU device, pinning
-    off, or fewer than three cores allowed."""
-    if not device.startswith("cuda") or not enabled():
+    """Cores for a judge on ``device`` ("cuda:N") and its workers, or None: a CPU device, pinning
+    off, or fewer than three cores allowed. "own": three distinct cores; "shared": one core,
+    the N-th allowed, for all three."""
+    how = mode()
+    if not device.startswith("cuda") or how == "off":
         return None
     if allowed is None:
         allowed = _allowed_before_pin if _allowed_before_pin is not None else os.sched_getaffinity(0)
@@ -52,6 +71,9 @@ def plan(device: str, allowed: set[int] | None = None) -> CorePlan | None:
     if len(cores) < 3:
         return None
     index = int(device.split(":")[1]) if ":" in device else 0
+    if how == "shared":
+        core = cores[index % len(cores)]
+        return CorePlan(judge=core, reference=core, candidate=core)
     base = 3 * index
     picked = [cores[(base + j) % len(cores)] for j in range(3)]
     return CorePlan(judge=picked[0], reference=picked[1], candidate=picked[2])
