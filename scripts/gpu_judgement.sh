@@ -8,7 +8,9 @@
 #            the tasks' small sizes (calls of tens of microseconds); SIDES="after noblocks before"
 #            adds this farm with one exchange per call (correctness_block off) to each repetition,
 #            "noseccomp" this farm with the workers' seccomp filter off (EVALFARM_SECCOMP=0),
-#            "pinned" / "shared" with its processes on a core each / on one core (EVALFARM_PIN_CORES)
+#            "pinned" / "shared" with its processes on a core each / on one core (EVALFARM_PIN_CORES);
+#            any other side NAME scores the checkout in .NAME/, and NAME+shared (or +pinned,
+#            +noseccomp, +noblocks) adds that switch to any side
 #   corpus:  the honest corpus's CUDA kernels (scripts/honest_sweep.py; STATIC=on|off|both)
 #   attacks: the adversarial suite's attacks, static rules on and off (scripts/attack_sweep.py)
 set -uo pipefail
@@ -32,11 +34,24 @@ fi
 if [[ $what == compare || $what == all ]]; then
   for rep in $(seq 1 "${REPS:-1}"); do
     for side in ${SIDES:-after before}; do
-      root=$PWD; [[ $side == before ]] && root=$PWD/.before
-      opts=(); [[ $side == noblocks ]] && opts=(--option correctness_block=false)
-      envs=(); [[ $side == noseccomp ]] && envs=(EVALFARM_SECCOMP=0)
-      [[ $side == pinned ]] && envs=(EVALFARM_PIN_CORES=own)
-      [[ $side == shared ]] && envs=(EVALFARM_PIN_CORES=shared)
+      # SIDE is BASE[+MOD...]: BASE "after" is this checkout, "before" .before/, any other name
+      # .NAME/ (another checkout's evalfarm and scripts); a switch alone is "after" with it
+      base=${side%%+*}; mods=${side#"$base"}; mods=${mods//+/ }
+      case $base in
+        after) root=$PWD ;;
+        noblocks|noseccomp|pinned|shared) root=$PWD; mods="$base $mods" ;;
+        *) root=$PWD/.$base ;;
+      esac
+      opts=(); envs=()
+      for mod in $mods; do
+        case $mod in
+          noblocks) opts=(--option correctness_block=false) ;;
+          noseccomp) envs+=(EVALFARM_SECCOMP=0) ;;
+          pinned) envs+=(EVALFARM_PIN_CORES=own) ;;
+          shared) envs+=(EVALFARM_PIN_CORES=shared) ;;
+          *) echo "side $side: unknown switch $mod (noblocks, noseccomp, pinned, shared)"; continue 2 ;;
+        esac
+      done
       [[ -d $root/evalfarm ]] || { echo "no $root/evalfarm: skipping $side"; continue; }
       env "${envs[@]}" timeout "$secs" python3 scripts/gpu_guard_sweep.py --root "$root" --label "$side-$rep" --kinds fast,identical "${opts[@]}" \
         --size-profile "${PROFILE:-auto}" --tasks "$tasks" --inputs 100 --budget 2.0 --max-seconds $((secs - 30)) --out "$OUT/$side-$rep.json" \
