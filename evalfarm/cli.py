@@ -80,6 +80,10 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
                    help="run the correctness rounds after the warm-up a batch per worker exchange, their inputs "
                         "all written before the batch and their times never counted (None: on); "
                         "--no-correctness-block: one exchange per call (docs/security.md)")
+    p.add_argument("--warm-call", choices=["auto", "on", "off"], nargs="?", const="on", default="auto",
+                   help="before each short timed call (reference under 1 ms), call the model once, untimed, on "
+                        "inputs the worker has already seen, in both workers; auto (the default): on a CPU only "
+                        "(docs/security.md, \"Warm calls\")")
     p.add_argument("--size-profile", default=None, help="task size profile (None: auto)")
     p.add_argument("--kernelbench-root", default=None, help="resolve --task in a KernelBench checkout")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR),
@@ -111,6 +115,8 @@ def _config_from(args: argparse.Namespace) -> ScoreConfig:
         changes["gpu_lease_timeout_s"] = args.gpu_lease_timeout
     if args.correctness_block is not None:
         changes["correctness_block"] = args.correctness_block
+    if args.warm_call != "auto":
+        changes["warm_call"] = args.warm_call == "on"
     return ScoreConfig(**changes)  # type: ignore[arg-type]
 
 
@@ -285,7 +291,7 @@ _OPTION_FLAGS = {"num_correctness_inputs": "inputs", "timing_budget_s": "budget"
                  "size_profile": "size_profile", "guard_policy": "guard_policy",
                  "check_other_sizes": "other_sizes", "require_other_sizes": "require_other_sizes",
                  "charge_exchange": "charge_exchange", "gpu_lease_timeout_s": "gpu_lease_timeout",
-                 "correctness_block": "correctness_block"}
+                 "correctness_block": "correctness_block", "warm_call": "warm_call"}
 
 
 def run_tasks(args: argparse.Namespace) -> int:

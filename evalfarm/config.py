@@ -116,6 +116,15 @@ class ScoreConfig:
     # where a batch holds at least 8 rounds (small inputs and outputs: judge.MIN_BLOCK_ROUNDS).
     # False: every round is one call whose inputs are written right before it starts.
     correctness_block: bool = True
+    # Warm calls: before each timed call (one call per exchange) whose reference is estimated under
+    # judge.WARM_CALL_MAX_S, each worker calls its model once, untimed, on the first inputs it was
+    # given (a copy it keeps; never the coming call's, which are written after), in its preparation,
+    # and discards the output. A call that follows the judge's exchange runs slower than one that
+    # follows another call of the same model (caches, the allocator, the thread pool gone cold), on
+    # both sides, which compresses short calls' ratios towards 1 (docs/security.md, "Warm calls").
+    # None (the default): on a CPU, where it was measured to narrow that; not on a GPU until measured
+    # there. True or False: always or never (see warm_calls).
+    warm_call: bool | None = None
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -136,6 +145,8 @@ class ScoreConfig:
         if self.charge_exchange is not None and not isinstance(self.charge_exchange, bool):
             raise ConfigError(f"charge_exchange must be true, false or unset (None: charged on a GPU only), "
                               f"got {self.charge_exchange!r}")
+        if self.warm_call is not None and not isinstance(self.warm_call, bool):
+            raise ConfigError(f"warm_call must be true, false or unset (None: on a CPU only), got {self.warm_call!r}")
         if self.min_timed_rounds < self.num_buckets:
             raise ConfigError("min_timed_rounds must be at least num_buckets")
 
@@ -152,6 +163,12 @@ class ScoreConfig:
         """Whether the exchange excess is added to the candidate's calls: charge_exchange, or
         when it is unset, whether the evaluation runs on a GPU."""
         return self.is_cuda if self.charge_exchange is None else self.charge_exchange
+
+    @property
+    def warm_calls(self) -> bool:
+        """Whether short timed calls follow an untimed warm call: warm_call, or when it is unset,
+        whether the evaluation runs on a CPU."""
+        return not self.is_cuda if self.warm_call is None else self.warm_call
 
     def replace(self, **changes: object) -> ScoreConfig:
         return dataclasses.replace(self, **changes)

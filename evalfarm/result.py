@@ -40,6 +40,9 @@ class TimingEvidence:
     # block calls to the candidate's, split by whose block ran first (ref_over_cand_reference_first,
     # blocks_candidate_first, ...). None without blocks.
     blocks: dict[str, Any] | None = None
+    # Timed rounds whose calls each followed an untimed warm call of the same model on earlier
+    # inputs, in both workers (ScoreConfig.warm_call).
+    warm_call_rounds: int = 0
     # The untimed moment before each call (L2 flush and sync, after the inputs were written), median
     # per worker, and what was added to every candidate call for its excess (evalfarm.judge.judge).
     pre_call_ref_us_median: float | None = None

@@ -9,8 +9,9 @@
 #            adds this farm with one exchange per call (correctness_block off) to each repetition,
 #            "noseccomp" this farm with the workers' seccomp filter off (EVALFARM_SECCOMP=0),
 #            "pinned" / "shared" with its processes on a core each / on one core (EVALFARM_PIN_CORES);
+#            "warm" with warm calls on (ScoreConfig.warm_call, off on a GPU by default);
 #            any other side NAME scores the checkout in .NAME/, and NAME+shared (or +pinned,
-#            +noseccomp, +noblocks) adds that switch to any side
+#            +noseccomp, +noblocks, +warm) adds that switch to any side
 #   corpus:  the honest corpus's CUDA kernels (scripts/honest_sweep.py; STATIC=on|off|both)
 #   attacks: the adversarial suite's attacks, static rules on and off (scripts/attack_sweep.py)
 set -uo pipefail
@@ -39,17 +40,18 @@ if [[ $what == compare || $what == all ]]; then
       base=${side%%+*}; mods=${side#"$base"}; mods=${mods//+/ }
       case $base in
         after) root=$PWD ;;
-        noblocks|noseccomp|pinned|shared) root=$PWD; mods="$base $mods" ;;
+        noblocks|noseccomp|pinned|shared|warm) root=$PWD; mods="$base $mods" ;;
         *) root=$PWD/.$base ;;
       esac
       opts=(); envs=()
       for mod in $mods; do
         case $mod in
-          noblocks) opts=(--option correctness_block=false) ;;
+          noblocks) opts+=(--option correctness_block=false) ;;
+          warm) opts+=(--option warm_call=true) ;;
           noseccomp) envs+=(EVALFARM_SECCOMP=0) ;;
           pinned) envs+=(EVALFARM_PIN_CORES=own) ;;
           shared) envs+=(EVALFARM_PIN_CORES=shared) ;;
-          *) echo "side $side: unknown switch $mod (noblocks, noseccomp, pinned, shared)"; continue 2 ;;
+          *) echo "side $side: unknown switch $mod (noblocks, noseccomp, pinned, shared, warm)"; continue 2 ;;
         esac
       done
       [[ -d $root/evalfarm ]] || { echo "no $root/evalfarm: skipping $side"; continue; }

@@ -20,7 +20,8 @@ from evalfarm.judge.judge import (
 from evalfarm.scoring import as_candidate, as_task, score
 
 # 40 correctness inputs, 5 warm-up rounds: rounds 5..39 run in blocks (at most 32 per batch here).
-QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35)
+# Warm calls off: these tests name the candidate's N-th call, which a warm call would shift.
+QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35, warm_call=False)
 IN_BLOCKS = QUICK.num_correctness_inputs - QUICK.warmup_rounds
 
 

@@ -31,10 +31,17 @@ after the warm-up run a batch at a time, one exchange per worker per batch (``Ju
 instead of one per call, since the exchange costs more than a small kernel's call (about 2.3 ms
 per call on an H100). Those rounds are checked exactly as others; their times are never used
 for the score, which comes from the per-call rounds after correctness.
+
+Warm calls (``ScoreConfig.warm_call``, by default on a CPU only): before a lone timed call whose
+reference runs under ``WARM_CALL_MAX_S``, both workers first call their model once, untimed, on the
+first inputs they were given, before the round's inputs are written; bounded as a call is. A call
+that follows the judge's exchange runs slower than one that follows another call, on both sides,
+which compresses short calls' ratios (docs/security.md, "Warm calls").
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
@@ -82,6 +89,10 @@ MAX_ROUNDS_PER_BATCH = 32
 # correctness rounds had given before (docs/benchmarks.md, "Correctness blocks").
 MIN_BLOCK_ROUNDS = 8
 ROUND_SLACK_S = 2.0
+# Warm calls (ScoreConfig.warm_call): only where the reference's call is estimated under this. A
+# lone call pays ~15-25 us for following the judge's exchange rather than another call, which is
+# 3% of a 1 ms call; a warm call costs each worker one more call per round.
+WARM_CALL_MAX_S = 1e-3
 MAX_REMEASURES = 2
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
 # side waiting for a quiet GPU) is bounded by this.
@@ -114,6 +125,10 @@ ISOLATION_NOTE = ("reference computed and timed in its own worker process; candi
 BLOCK_NOTE = ("correctness rounds after the warm-up run in blocks (one exchange per worker per batch of "
               "rounds): a block's inputs are all written before it starts, so its times are never used "
               "for the score; every output is checked")
+
+# Added to the isolation notes when the evaluation has warm calls (ScoreConfig.warm_call).
+WARM_NOTE = ("each timed call whose reference is under 1 ms follows, in both workers, one untimed call of the "
+             "same model on the first inputs that worker was given, made before the call's inputs are written")
 
 
 class RoundsHold:
@@ -180,6 +195,7 @@ class RoundPlan:
     inputs: list[Any]  # the judge's own copies (pristine)
     calls: dict[str, Call]
     times: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    warm_call: bool = False  # both workers call their model once, untimed, on earlier inputs first
 
 
 # One note of a worker's isolation report is kept up to this many characters (bubblewrap's own
@@ -555,6 +571,7 @@ class Judge:
         if self.degenerate:
             self.evidence.task_flags["degenerate"] = self.degenerate
         self.t_ref_est = t_ref
+        self.ref_recent: collections.deque[int] = collections.deque(maxlen=64)  # the last calls' ns
         del ref_model
         in_bytes = _tensors_bytes(self.source.inputs(-1))
         self.memory.release()  # after that draw too: the rounds are checked against what is free then
@@ -747,6 +764,11 @@ class Judge:
         sync()
         return out, time.perf_counter() - t0
 
+    def _reference_call_s(self) -> float:
+        """The reference's usual call: the median of its last calls (a few slow ones on a loaded host
+        do not move it), or the set-up estimate before any."""
+        return statistics.median(self.ref_recent) / 1e9 if self.ref_recent else self.t_ref_est
+
     def _call_limit_s(self) -> float:
         return max(self.config.min_call_timeout_s, self.config.timeout_factor * self.t_ref_est)
 
@@ -790,6 +812,9 @@ class Judge:
                 count = min(count, edge - first_round)
                 break
         plans = []
+        # The same for both workers and decided here, by the judge (ScoreConfig.warm_call); only for
+        # rounds run one call per exchange (a block's calls follow one another anyway).
+        warm_call = self.config.warm_calls and self._reference_call_s() < WARM_CALL_MAX_S
         for k in range(count):
             r = first_round + k
             inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(r)]
@@ -808,29 +833,37 @@ class Judge:
                     view = out_arena.view(s)
                     view.fill_(float("nan") if view.is_floating_point() else 0x5A)
                 calls[role] = Call(slots, outs, {"op": "prepare", "r": r, "in": spec,
-                                                 "out": [s.to_wire() for s in outs]})
+                                                 "out": [s.to_wire() for s in outs], "warm": warm_call})
             first = REFERENCE if self.rng.random() < 0.5 else CANDIDATE
-            plans.append(RoundPlan(r, first, audited, inputs, calls))
+            plans.append(RoundPlan(r, first, audited, inputs, calls, warm_call=warm_call))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return plans
 
     def _exchange(self, role: str, prepare: dict[str, Any], plans: list[RoundPlan], what: str,
                   limit: float, progress: list[tuple[int, str]] | None = None,
-                  preparing: str = "") -> tuple[dict[str, Any], int]:
-        """One exchange with a worker: ``prepare`` (its own preparation, answered "prepared"), the
+                  preparing: str = "") -> tuple[dict[str, Any], int, int]:
+        """One exchange with a worker: ``prepare`` (where it asks for one, a warm call first,
+        answered "warmed" within ``limit`` s; then its own preparation, answered "prepared"), the
         worker stopped while the inputs of ``plans`` are written, then "go" and its reply within
         ``limit`` s. ``progress`` (a block's rounds but its last, each with what to call it): a
         "called" message is expected for each, in order, each within ``limit`` s of the one
         before, so a call that hangs is ended at the per-call bound; anything else there is
-        taken as the reply. Returns the reply and the judge's nanoseconds from go to reply; the
-        worker is stopped again however the exchange ends."""
+        taken as the reply. Returns the reply, the judge's nanoseconds from go to reply and from
+        prepare to "warmed" (0 without a warm call); the worker is stopped again however the
+        exchange ends."""
         worker = self.ref if role == REFERENCE else self.cand
         phases = self.round_phases
         self._resume(role)
         try:
             t0 = time.perf_counter()
             wire.send_json(worker.conn, prepare)
+            warm_ns = 0
+            if prepare.get("warm"):
+                msg = self._recv(worker, limit, f"the untimed warm call before {preparing or what}")
+                warm_ns = int((time.perf_counter() - t0) * 1e9)
+                if msg.get("op") != "warmed":
+                    self._raise_worker_error(msg, worker)
             msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {preparing or what}")
             self._stop(role)  # stopped while its inputs are written
             t1 = time.perf_counter()
@@ -856,7 +889,7 @@ class Judge:
             phases["rounds_go"] += go_ns / 1e9  # a block's later calls' preparations are in here
         finally:
             self._stop(role)
-        return res, go_ns
+        return res, go_ns, warm_ns
 
     def _run_call(self, role: str, plan: RoundPlan, limit: float) -> dict[str, Any]:
         """One timed call in one worker: prepare, then the inputs written, then go.
@@ -865,8 +898,9 @@ class Judge:
         preparation (poisoning, L2 flush, synchronisation), right before the call starts, so no
         code in the candidate's process sees them outside the timed call."""
         worker = self.ref if role == REFERENCE else self.cand
-        res, go_ns = self._exchange(role, plan.calls[role].prepare, [plan], f"round {plan.r}", limit)
+        res, go_ns, warm_ns = self._exchange(role, plan.calls[role].prepare, [plan], f"round {plan.r}", limit)
         res["j"] = go_ns  # the judge's own clock, never the worker's
+        res["w"] = warm_ns  # the warm call before it, on the judge's clock (0: none)
         if res.get("op") != "round":
             self._raise_call_error(role, res, plan)
         check_round_result(res, plan.r)
@@ -951,6 +985,7 @@ class Judge:
                     f"per-call bound of {self._call_limit_s():.3g} s ({cfg.timeout_factor:g}x the reference's "
                     f"{self.t_ref_est * 1e3:.3f} ms, at least {cfg.min_call_timeout_s:g} s)"))
             self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * plan.times[REFERENCE]["t"] / 1e9
+            self.ref_recent.append(plan.times[REFERENCE]["t"])
 
     def _run_block_calls(self, role: str, plans: list[RoundPlan], per_call: float) -> tuple[list[dict[str, Any]], int]:
         """One worker's part of a correctness block: prepare_block (the first call's preparation),
@@ -969,7 +1004,7 @@ class Judge:
         n = len(plans)
         whats = [f"correctness round {r} (call {k + 1} of a block of {n}, at most {per_call:.3g} s)"
                  for k, r in enumerate(rounds)]
-        res, go_ns = self._exchange(role, message, plans, whats[-1], per_call,
+        res, go_ns, _ = self._exchange(role, message, plans, whats[-1], per_call,
                                     list(zip(rounds[:-1], whats, strict=False)), preparing=span)
         if res.get("op") != "block":
             self._raise_call_error(role, res, next((plan for plan in plans if plan.r == res.get("round")), None))
@@ -1049,6 +1084,7 @@ class Judge:
         # come after correctness; the budget still counts from the first round, but the minimum
         # timed rounds are collected even when correctness used it up.
         in_blocks = 0
+        warm_call_rounds = 0
         blocks = self.block_rounds
         stable = True
         acc = self.round_phases
@@ -1075,17 +1111,25 @@ class Judge:
                         acc["rounds_exchange"] += time.monotonic() - t_step
                         acc["rounds_calls"] += times[role]["t"] / 1e9
                     t_ref, t_cand = times[REFERENCE]["t"], times[CANDIDATE]["t"]
+                    # A warm call (ScoreConfig.warm_call) is bounded as a call is, on the judge's clock.
+                    t_warm = times[CANDIDATE].get("w", 0)
+                    over_warm = t_warm / 1e9 - self._call_limit_s()
                     over = t_cand / 1e9 - self._call_limit_s()
-                    if warm and over > allowance:
+                    if warm and max(0.0, over) + max(0.0, over_warm) > allowance:
                         raise Verdicted(Verdict.TIMEOUT, f"round {plan.r}: the calls before the first timed round "
                                         f"took more than the per-call bound ({self._call_limit_s():.3g} s) plus the "
                                         f"first-call allowance ({cfg.first_call_timeout_s:g} s in all)")
                     if warm:
-                        allowance -= max(0.0, over)
+                        allowance -= max(0.0, over) + max(0.0, over_warm)
                     elif over > 0:
                         raise Verdicted(Verdict.TIMEOUT, f"a call took {t_cand / 1e6:.1f} ms, more than "
                                         f"{cfg.timeout_factor:g}x the reference's {self.t_ref_est * 1e3:.3f} ms")
+                    elif over_warm > 0:
+                        raise Verdicted(Verdict.TIMEOUT, f"round {plan.r}: the untimed warm call before it took "
+                                        f"{t_warm / 1e6:.1f} ms, more than {cfg.timeout_factor:g}x the reference's "
+                                        f"{self.t_ref_est * 1e3:.3f} ms (warm calls are bounded as calls are)")
                     self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t_ref / 1e9
+                    self.ref_recent.append(t_ref)
                     plan.times = times
             # Audits run only now, with both workers idle: judge work on the device never
             # overlaps a timed call.
@@ -1104,6 +1148,7 @@ class Judge:
                 if plan.r >= cfg.warmup_rounds and not counted:
                     set_aside += 1  # checked above; its times are not used
                 elif plan.r >= cfg.warmup_rounds:
+                    warm_call_rounds += plan.warm_call  # reset with the samples on a re-measure
                     t_ref_all.append(t_ref)
                     t_cand_all.append(t_cand)
                     pre_ref_all.append(plan.times[REFERENCE]["pre"])
@@ -1148,6 +1193,7 @@ class Judge:
                 remeasured += 1
                 t_ref_all, t_cand_all, pre_ref_all, pre_cand_all, e_ref_all, e_cand_all = [], [], [], [], [], []
                 untimed_ref_all, untimed_cand_all = [], []
+                warm_call_rounds = 0  # of the samples kept, as rounds is
                 continue
             if d.stop and stats is not None:  # without stats, keep going until num_buckets rounds
                 stable = d.stable
@@ -1160,7 +1206,7 @@ class Judge:
             raw_speedup=stats.score,
             ref_time_us_median=statistics.median(t_ref_all) / 1e3, cand_time_us_median=statistics.median(t_cand_all) / 1e3,
             audited_rounds=audited, seconds=time.monotonic() - start, set_aside_rounds=set_aside,
-            block_rounds=in_blocks, blocks=self.block_log.summary(),
+            block_rounds=in_blocks, blocks=self.block_log.summary(), warm_call_rounds=warm_call_rounds,
             pre_call_ref_us_median=statistics.median(pre_ref_all) / 1e3,
             pre_call_cand_us_median=statistics.median(pre_cand_all) / 1e3, pre_call_charge_us=pre_charge / 1e3,
             untimed_ref_us_median=statistics.median(untimed_ref_all) / 1e3,
@@ -1296,7 +1342,8 @@ class Judge:
         isolation = msg.get("isolation", [])
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
-        notes = [ISOLATION_NOTE, *([BLOCK_NOTE] if self.block_rounds else [])]
+        notes = [ISOLATION_NOTE, *([BLOCK_NOTE] if self.block_rounds else []),
+                 *([WARM_NOTE] if self.config.warm_calls else [])]
         self.evidence.isolation = [*notes, *(x[:ISOLATION_NOTE_CHARS] for x in isolation[:16]), *self._cgroup_notes]
 
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:

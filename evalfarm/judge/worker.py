@@ -20,7 +20,9 @@ other work runs on the device), after which the judge writes the call's inputs, 
 inputs are visible untimed; its duration is reported, and the judge charges the candidate for
 any excess over the reference's. A correctness block (``prepare_block``, then ``go``) runs several
 rounds' calls in one exchange, their inputs all written before it, each call prepared as above;
-its times are never used for the score.
+its times are never used for the score. Where the judge asks for one (``"warm"`` in
+``prepare``), a worker first calls its model once, untimed, on the first inputs it was given, and
+answers "warmed" before it prepares (``Worker.warm_call``).
 
 The candidate worker also checks, outside the timed calls and identically in every round,
 that its outputs have exactly the expected type, shape, dtype and device, and that they are
@@ -56,6 +58,8 @@ QUIET_FACTOR = 5
 QUIET_FLOOR_S = 250e-6
 QUIET_CAP_S = 1e-3
 QUIET_WAIT_S = 5.0
+# A worker keeps a copy of its first inputs for warm calls (ScoreConfig.warm_call) up to this size.
+WARM_INPUT_BYTES = 64 << 20
 
 
 def _die_with_parent() -> None:
@@ -223,6 +227,7 @@ class Worker:
         flush_bytes = int(init.get("flush_bytes", 0))
         self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
         self._quiet_limit_s: float | None = None
+        self._warm_args: list[Any] | None = None  # kept after the first call (_keep_warm_inputs)
         if self.is_cuda and self.role == REFERENCE:
             self._probe = torch.zeros(1, device=device)
             baseline = min(self._probe_once() for _ in range(5))
@@ -255,6 +260,11 @@ class Worker:
             op = msg.get("op")
             if op in ("prepare", "prepare_block"):
                 pending = msg
+                if op == "prepare" and msg.get("warm"):  # answered first, on its own (the judge bounds it)
+                    warmed = self.warm_call(msg.get("r"))
+                    self.send(warmed)
+                    if warmed["op"] != "warmed":
+                        break
                 self.send(self.prepare())
             elif op == "go" and pending is not None:
                 reply = self.run_block(pending) if pending["op"] == "prepare_block" else self.run_call(pending)
@@ -328,6 +338,25 @@ class Worker:
                 return False, (_perf_ns() - start) / 1e9
         return True, (_perf_ns() - start) / 1e9
 
+    def warm_call(self, r: Any) -> dict[str, Any]:
+        """One untimed call of the model on the inputs this worker was given first
+        (``_keep_warm_inputs``), asked for by the judge (the same for both workers) before a
+        round's preparation, so before its inputs are written; its output is dropped before free
+        memory is poisoned. "warmed" (``ran``: false before the first call), or the call's error
+        as ``run_call`` reports one."""
+        if not self._warm_args:
+            return {"op": "warmed", "ran": False}
+        try:
+            out = self.model(*self._warm_args)
+            del out
+            self._sync()
+        except BaseException as err:  # noqa: BLE001 - the candidate's error, reported as a call's
+            kind = "infra" if self.role == REFERENCE else _error_kind(err)
+            return {"op": "error", "kind": kind, "round": r,
+                    "detail": "in the untimed warm call (the model on the first inputs it was given, before "
+                              "this round's inputs were written):\n" + traceback.format_exc()[-8000:]}
+        return {"op": "warmed", "ran": True}
+
     def prepare(self) -> dict[str, Any]:
         """Everything before a timed call that need not follow the inputs: it runs before the
         judge writes them, so none of it can see them."""
@@ -384,6 +413,8 @@ class Worker:
         except BaseException as err:  # noqa: BLE001
             kind = "infra" if self.role == REFERENCE else _error_kind(err)
             return {"op": "error", "kind": kind, "round": r, "detail": traceback.format_exc()[-8000:]}
+        if self._warm_args is None:
+            self._keep_warm_inputs(args)
         slots = [self.Slot.from_wire(s) for s in rd.get("out") or []]
         outs = list(out) if isinstance(out, tuple | list) else [out]
         # Outside the timed call, the same work in both workers and in every round (audited or
@@ -412,6 +443,17 @@ class Worker:
             return {"op": "error", "kind": "infra" if self.role == REFERENCE else _error_kind(err), "round": r,
                     "detail": f"reading the output failed: {type(err).__name__}: {err}"}
         return {"op": "round", "r": r, "t": t, "e": ev, "pre": pre, "strides": layouts}
+
+    def _keep_warm_inputs(self, args: list[Any]) -> None:
+        """A private copy of the first inputs this worker was given, after its first call (so a
+        later warm call never sees the inputs of the call it precedes): up to WARM_INPUT_BYTES of
+        tensors, else none (``[]``: no warm calls in this worker)."""
+        tensors = [a for a in args if isinstance(a, self.torch.Tensor)]
+        if sum(a.numel() * a.element_size() for a in tensors) > WARM_INPUT_BYTES:
+            self._warm_args = []
+            return
+        self._warm_args = [a.clone() if isinstance(a, self.torch.Tensor) else a for a in args]
+        self._sync()
 
     def run_block(self, block: dict[str, Any]) -> dict[str, Any]:
         """A correctness block: its rounds in order, each exactly as ``run_call`` runs one (the

@@ -103,7 +103,10 @@ def test_stale_reference_temporary_never_reaches_the_candidate(build_pool, tmp_p
     # the matmul itself in every call. (In one shared process it found it in 44 to 128 of 384
     # calls without poisoning.)
     monkeypatch.setenv("EVALFARM_WORKER_POISON", "0")
-    r, reused, calls = stale_memory_attack(build_pool, tmp_path, QUICK)
+    # Warm calls off: each runs the candidate on the same (first) inputs, so unpoisoned memory can
+    # hold its own x @ w from the warm call before, which the attack would count; those calls are
+    # untimed and that product is its own, not the reference's.
+    r, reused, calls = stale_memory_attack(build_pool, tmp_path, QUICK.replace(warm_call=False))
     assert "free memory not poisoned: EVALFARM_WORKER_POISON=0" in r.evidence.isolation
     assert calls >= QUICK.num_correctness_inputs
     assert reused == 0, f"the candidate found a finished x @ w in fresh memory in {reused} of {calls} calls"
@@ -273,10 +276,13 @@ def test_a_patched_worker_clock_is_charged_what_the_judges_clock_saw(task, build
     # times each whole exchange with its own clock: what is left beyond the reported call is
     # longer than the reference's by the call's real length. That excess is always reported; with
     # charge_exchange on it is added to every call and the attack earns nothing.
-    off = _score(task, RUNTIME / "harness_clock_patch.py", build_pool)
+    # Warm calls off: they make this task's call (~15-20 us on a 2-core CPU) shorter than the noise
+    # the charge allows (10 us + 10% of the reference's leftover), under which an under-report
+    # hides (exchange_charge_ns); the mechanism is shown on a call longer than that.
+    off = _score(task, RUNTIME / "harness_clock_patch.py", build_pool, warm_call=False)
     assert off.verdict is Verdict.OK and off.evidence.timing.exchange_excess_us > 10, off.evidence.timing
     assert any(g.startswith("exchange_excess:") for g in off.evidence.guards), off.evidence.guards
-    r = _score(task, RUNTIME / "harness_clock_patch.py", build_pool, charge_exchange=True)
+    r = _score(task, RUNTIME / "harness_clock_patch.py", build_pool, charge_exchange=True, warm_call=False)
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
     t = r.evidence.timing
     assert t.cand_time_us_median < 5, t  # the patched clock did report near-free calls
