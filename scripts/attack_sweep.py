@@ -76,6 +76,7 @@ ATTACKS = [
     Attack("runtime/stale_matmul.py", MATMUL, replace=(('COUNT_PATH = ""', 'COUNT_PATH = "{channel}/reused"'),)),
     Attack("runtime/harness_clock_patch.py", SCALE),
     Attack("runtime/filesystem_remove.py", SCALE, replace=(('VICTIM = ""', 'VICTIM = "{tmp}/victim"'),)),
+    Attack("runtime/warm_call_stash.py", SCALE, options=(("warm_call", True),)),
     Attack("gpu/cuda_graph_replay.py", RELU, gpu_only=True),
     Attack("gpu/persisting_l2.py", RELU, gpu_only=True),
     Attack("gpu/persisting_l2.py", RELU, gpu_only=True, replace=(('WHEN = "forward"', 'WHEN = "init"'),)),
