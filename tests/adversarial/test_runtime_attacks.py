@@ -271,18 +271,23 @@ def test_a_degenerate_task_pays_no_speedup(build_pool):
     assert r.evidence.timing.raw_speedup > 2, r.evidence.timing  # what would have been paid
 
 
-def test_a_patched_worker_clock_is_charged_what_the_judges_clock_saw(task, build_pool):
+def test_a_patched_worker_clock_is_charged_what_the_judges_clock_saw(data_dir, build_pool):
     # The candidate replaces the worker's clock, so every call it reports takes 1 us. The judge
     # times each whole exchange with its own clock: what is left beyond the reported call is
     # longer than the reference's by the call's real length. That excess is always reported; with
     # charge_exchange on it is added to every call and the attack earns nothing.
-    # Warm calls off: they make this task's call (~15-20 us on a 2-core CPU) shorter than the noise
-    # the charge allows (10 us + 10% of the reference's leftover), under which an under-report
-    # hides (exchange_charge_ns); the mechanism is shown on a call longer than that.
-    off = _score(task, RUNTIME / "harness_clock_patch.py", build_pool, warm_call=False)
+    # The charge lets 10 us plus 10% of the reference's leftover pass as noise, and an under-report
+    # hides under that (exchange_charge_ns): task_scale's own call (15-35 us on a 2-core CPU) is
+    # about that long, so the mechanism is shown on the same task 16x larger (with warm calls, the
+    # CPU default).
+    n = 8192 * 16
+    task = as_task((data_dir / "task_scale.py").read_text().replace("n = 8192", f"n = {n}"))
+    attack = (RUNTIME / "harness_clock_patch.py").read_text().replace("8192", str(n))
+    assert str(n) in attack
+    off = _score(task, attack, build_pool)
     assert off.verdict is Verdict.OK and off.evidence.timing.exchange_excess_us > 10, off.evidence.timing
     assert any(g.startswith("exchange_excess:") for g in off.evidence.guards), off.evidence.guards
-    r = _score(task, RUNTIME / "harness_clock_patch.py", build_pool, charge_exchange=True, warm_call=False)
+    r = _score(task, attack, build_pool, charge_exchange=True)
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
     t = r.evidence.timing
     assert t.cand_time_us_median < 5, t  # the patched clock did report near-free calls
