@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Any
 
+from cpu_speed_scan import loop_us  # the same fixed Python loop (scripts/ is this script's path)
+
 SETTINGS = ("plain", "seccomp", "seccomp_spec_allow", "prctl_ssbd", "prctl_ib")
 PR_SET_SPECULATION_CTRL = 53
 PR_SPEC_STORE_BYPASS, PR_SPEC_INDIRECT_BRANCH = 0, 1
@@ -68,17 +70,6 @@ def speculation_state() -> str:
         return str(err)
 
 
-def python_loop_us() -> float:
-    times = []
-    for _ in range(40):
-        t0 = time.perf_counter_ns()
-        total = 0
-        for i in range(20000):
-            total += i * i % 7
-        times.append((time.perf_counter_ns() - t0) / 1e3)
-    return statistics.median(times)
-
-
 def child(setting: str, calls: int, numel: int) -> dict[str, Any]:
     import torch
 
@@ -99,7 +90,7 @@ def child(setting: str, calls: int, numel: int) -> dict[str, Any]:
     sync()
     why = apply(setting)
     row: dict[str, Any] = {"setting": setting, "failed": why, "speculation": speculation_state(),
-                           "python_loop_us": python_loop_us()}
+                           "python_loop_us": loop_us(40)}
     times: dict[str, list[float]] = {"ref": [], "cand": [], "empty_sync": []}
     for k in range(calls):
         for name, fn in (("ref", ref), ("cand", cand)) if k % 2 else (("cand", cand), ("ref", ref)):

@@ -40,10 +40,6 @@ class CorePlan:
         return self.reference if role == "reference" else self.candidate
 
 
-def enabled() -> bool:
-    return mode() != "off"
-
-
 def mode() -> str:
     """"off", "own" (a core for each of the three processes) or "shared" (one core for all
     three: they never compute at the same time, and each call then runs on the core the process

@@ -621,6 +621,7 @@ class Judge:
                 file_size_bytes=cfg.file_size_limit_bytes)),
             "num_threads": num_threads, "init_inputs": init_inputs, "weight_seed": weight_seed,
             "flush_bytes": flush_bytes, "tuple_out": self.tuple_out,
+            "warm_calls": self.config.warm_calls,  # whether a worker keeps its first inputs for them
         }
         for worker in (self.ref, self.cand):  # no candidate code has run: a failure here is the farm's
             self._await_started(worker)

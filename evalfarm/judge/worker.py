@@ -227,7 +227,9 @@ class Worker:
         flush_bytes = int(init.get("flush_bytes", 0))
         self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
         self._quiet_limit_s: float | None = None
-        self._warm_args: list[Any] | None = None  # kept after the first call (_keep_warm_inputs)
+        # Kept after the first call where the evaluation may have warm calls (_keep_warm_inputs);
+        # [] means none: no copy is made.
+        self._warm_args: list[Any] | None = None if init.get("warm_calls") else []
         if self.is_cuda and self.role == REFERENCE:
             self._probe = torch.zeros(1, device=device)
             baseline = min(self._probe_once() for _ in range(5))
