@@ -32,9 +32,9 @@ def test_failing_input_is_written_by_the_judge_and_loads(data_dir, build_pool, t
     (cand,) = torch.load(out / "candidate_output.pt")
     assert x.shape == ref.shape == cand.shape == (8192,)
     assert meta["inputs"][0]["shape"] == [8192] and meta["candidate_output"][0]["dtype"] == "float32"
-    # The candidate skips the bias on its last element only: the files show exactly that.
-    assert torch.equal(ref[:-1], cand[:-1]) and ref[-1] != cand[-1]
-    assert torch.allclose(cand[-1], torch.relu(x[-1]) * 1.5)
+    # The candidate is off by 0.5 on its last element only: the files show exactly that.
+    assert torch.equal(ref[:-1], cand[:-1])
+    assert torch.allclose(cand[-1], ref[-1] + 0.5)
 
 
 def test_correct_candidate_no_failing_input_and_profile_kept_through_reverification(data_dir, build_pool, tmp_path):
