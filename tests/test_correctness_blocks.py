@@ -3,6 +3,7 @@ a batch per worker exchange, are checked like any round, and are never timed."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -90,7 +91,11 @@ def test_a_call_that_hangs_in_a_block_is_a_timeout(task, data_dir, build_pool):
                warmup_rounds=1, min_call_timeout_s=0.1, first_call_timeout_s=1.0)
     assert r.verdict is Verdict.TIMEOUT, (r.verdict, r.detail)
     # Ended at the hung call's own bound, not the block's: the worker reports each call as it ends.
-    assert "did not finish correctness round 2 (call 2 of a block of 3, at most 2.1 s) within 2.1 s" in r.detail, r.detail
+    # The bound is the first-call allowance (1 s) plus 1000x the reference's call (about 1 ms,
+    # more on a loaded machine), so its last digits vary; the block's would be three times that.
+    m = re.search(r"did not finish correctness round 2 \(call 2 of a block of 3, at most ([0-9.]+) s\) within ([0-9.]+) s",
+                  r.detail)
+    assert m and m[1] == m[2] and 1.1 <= float(m[1]) < 4.0, r.detail
     assert time.monotonic() - t0 < 30
 
 

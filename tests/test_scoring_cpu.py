@@ -108,7 +108,9 @@ def test_in_place_input_mutation_is_incorrect(task, data_dir, build_pool):
 
 def test_global_state_in_the_candidates_process_is_its_own_business(task, data_dir, build_pool, monkeypatch):
     """Flags the candidate sets in its own process do not reach the reference (its own worker):
-    with static analysis off the runtime lets it run, and it scores like the reference."""
+    with static analysis off the runtime lets it run, and it scores like the reference, whose
+    computation it repeats (an earlier version did 3 of the reference's 5 operations and
+    honestly scored up to 1.5)."""
     monkeypatch.setattr("evalfarm.scoring.check_candidate_source", lambda *a, **k: [])
     r = _score(task, data_dir, "cand_global_state.py", build_pool)
     assert r.verdict is Verdict.OK, r.detail

@@ -271,6 +271,7 @@ def test_a_degenerate_task_pays_no_speedup(build_pool):
     assert r.evidence.timing.raw_speedup > 2, r.evidence.timing  # what would have been paid
 
 
+@pytest.mark.exclusive  # the charge is a median of paired differences, short by what a competing test adds
 def test_a_patched_worker_clock_is_charged_what_the_judges_clock_saw(data_dir, build_pool):
     # The candidate replaces the worker's clock, so every call it reports takes 1 us. The judge
     # times each whole exchange with its own clock: what is left beyond the reported call is
