@@ -54,16 +54,26 @@ def identical_source(task_source: str) -> str:
     return task_source.replace("class Model(", "class ModelNew(").replace("super(Model, self)", "super(ModelNew, self)")
 
 
-def build_stream(device: str, n: int, group: int) -> list[StreamItem]:
-    """``n`` candidates, ``group`` per task in turn, each source unique."""
+def build_stream(device: str, n: int, group: int, tasks: list[str] | None = None) -> list[StreamItem]:
+    """``n`` candidates, ``group`` per task in turn, each source unique; ``tasks`` (built-in ids,
+    e.g. ``["L1/7", "L3/1"]``, in that order) limits the stream to those tasks."""
     from evalfarm.tasks import builtin_suite
 
     suite = builtin_suite()
+    known = {f"L{entry.level}/{entry.number}": entry for entry in suite.entries}
+    keys = list(known)
+    if tasks:
+        unknown = [t for t in tasks if t not in known]
+        if unknown:
+            raise SystemExit(f"--tasks: no built-in task {', '.join(unknown)}; the built-in tasks are "
+                             f"{', '.join(keys)}")
+        keys = list(dict.fromkeys(tasks))
     per_task: list[list[StreamItem]] = []
-    for entry in suite.entries:
-        key = f"L{entry.level}/{entry.number}"
+    for key in keys:
         variants = [v for v in suite.variants(key) if v.runs_on(device)]
         if not variants:
+            if tasks:
+                raise SystemExit(f"--tasks: built-in task {key} has no variants for device {device!r}")
             continue
         items = [StreamItem(key, v.path.name, v.kind, v.load().source) for v in variants]
         items.append(StreamItem(key, "identical", "identical", identical_source(suite.load(key).source)))
@@ -235,6 +245,10 @@ def markdown(s: dict[str, Any]) -> str:
     warm_note = "" if warm is None else f", --warm-judges {warm}"
     if s.get("correctness_block") is False:
         warm_note += ", correctness blocks off"
+    if s.get("warm_call") in ("on", "off"):
+        warm_note += f", warm calls {s['warm_call']}"
+    if s.get("tasks"):
+        warm_note += f", tasks {','.join(s['tasks'])}"
     lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s{warm_note}{cut})", "",
              "| candidates/min | per slot | latency median s | latency p95 s | evaluation median s | "
              "evaluation p95 s | GPU busy | queue depth max |", "|---|---|---|---|---|---|---|---|",
@@ -274,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="score every correctness round with its own exchange (ScoreConfig.correctness_block off)")
     ap.add_argument("--warm-judges", type=int, default=None,
                     help="the local daemon's --warm-judges (default: the daemon's own default)")
+    ap.add_argument("--tasks", default="",
+                    help="comma-separated built-in task ids the stream cycles over, in order (e.g. L1/7,L1/8,L3/1; "
+                         "default: every built-in task with variants for the device)")
+    ap.add_argument("--warm-call", choices=("auto", "on", "off"), default="auto",
+                    help="ScoreConfig.warm_call for the stream (auto: the farm's default, on for a CPU only)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from evalfarm.client.sync import FarmClient
@@ -285,7 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         options["size_profile"] = "small"
     if not args.correctness_block:
         options["correctness_block"] = False
-    stream = build_stream("cuda" if gpu else "cpu", args.candidates, args.group)
+    if args.warm_call != "auto":
+        options["warm_call"] = args.warm_call == "on"
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    stream = build_stream("cuda" if gpu else "cpu", args.candidates, args.group, tasks or None)
     args.out.mkdir(parents=True, exist_ok=True)
     daemon = None
     rows: list[dict[str, Any]] = []
@@ -326,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     summary["interrupted"] = interrupted
     summary["warm_judges"] = args.warm_judges
     summary["correctness_block"] = args.correctness_block
+    summary["warm_call"] = args.warm_call
+    summary["tasks"] = sorted({it.task for it in stream}, key=[it.task for it in stream].index)
     (args.out / "bench_daemon.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     text = markdown(summary)
     (args.out / "bench_daemon.md").write_text(text)

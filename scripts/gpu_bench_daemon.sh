@@ -6,6 +6,8 @@
 # ahead), side by side; each run's bench_daemon.{json,md} and daemon log go to $OUT/warm<N>/.
 # BLOCKS="on off" runs each setting with correctness blocks on, then off (ScoreConfig.correctness_block),
 # into $OUT/warm<N>-blocks-<on|off>/.
+# TASKS=L1/7,L1/8,L3/1 limits the stream to those built-in tasks (bench_daemon --tasks); WARM_CALL=on|off
+# sets the stream's warm calls (bench_daemon --warm-call; default auto, off on a GPU).
 set -uo pipefail
 n=${1:-80}
 g=${2:-8}
@@ -20,6 +22,8 @@ for w in $settings; do
     dirs+=("$dir")
     mkdir -p "$dir"
     flag=(); [[ $b == off ]] && flag=(--no-correctness-block)
+    [[ -n ${TASKS:-} ]] && flag+=(--tasks "$TASKS")
+    [[ -n ${WARM_CALL:-} ]] && flag+=(--warm-call "$WARM_CALL")
     timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
       --rescore 3 --repeats 3 --warm-judges "$w" "${flag[@]}" --out "$dir" > "$dir/bench_daemon.log" 2>&1
     echo "bench-daemon --warm-judges $w ${flag[*]} exit code: $?" | tee -a "$OUT/gpu.txt"

@@ -62,3 +62,18 @@ def test_correctness_blocks_can_be_switched_off_for_the_stream(tmp_path):
     assert data["summary"]["correctness_block"] is False and data["summary"]["candidates"] == 2
     assert all(r["block_rounds"] in (0, None) for r in data["rows"]) and any(r["timed_rounds"] for r in data["rows"])
     assert "correctness blocks off" in (tmp_path / "bench_daemon.md").read_text()
+
+
+def test_the_stream_can_be_limited_to_named_tasks_in_their_order():
+    stream = build_stream("cpu", 9, 3, ["L1/8", "L1/7"])
+    assert [it.task for it in stream] == ["L1/8"] * 3 + ["L1/7"] * 3 + ["L1/8"] * 3
+    with pytest.raises(SystemExit, match="no built-in task L9/9; the built-in tasks are L1/1"):
+        build_stream("cpu", 4, 2, ["L1/7", "L9/9"])
+
+
+def test_task_and_warm_call_choices_reach_the_summary_line():
+    sampler = Sampler.__new__(Sampler)
+    sampler.queue, sampler.util, sampler.util_per_gpu, sampler.slots, sampler.gpu_model = [], [], [], 1, "cpu"
+    s = summarise([], 1.0, sampler, [], "cpu")
+    s.update(warm_call="off", tasks=["L1/7", "L3/1"])
+    assert ", warm calls off, tasks L1/7,L3/1" in markdown(s).splitlines()[0]
