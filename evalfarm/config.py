@@ -70,7 +70,7 @@ class ScoreConfig:
     max_bucket_variance: float = 0.005  # variance of bucket means relative to the score
     min_timed_rounds: int = 70
     warmup_rounds: int = 5
-    audit_fraction: float = 0.1  # share of timed candidate outputs checked against the reference
+    audit_fraction: float = 0.1  # share of timed candidate outputs checked against the reference (judge.audits)
     # Executability.
     timeout_factor: float = 1000.0  # a call may take this many times the reference's time
     min_call_timeout_s: float = 2.0

@@ -77,6 +77,7 @@ ATTACKS = [
     Attack("runtime/harness_clock_patch.py", SCALE),
     Attack("runtime/filesystem_remove.py", SCALE, replace=(('VICTIM = ""', 'VICTIM = "{tmp}/victim"'),)),
     Attack("runtime/warm_call_stash.py", SCALE, options=(("warm_call", True),)),
+    Attack("runtime/block_aware_switch.py", SCALE),
     Attack("gpu/cuda_graph_replay.py", RELU, gpu_only=True),
     Attack("gpu/persisting_l2.py", RELU, gpu_only=True),
     Attack("gpu/persisting_l2.py", RELU, gpu_only=True, replace=(('WHEN = "forward"', 'WHEN = "init"'),)),

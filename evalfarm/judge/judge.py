@@ -65,6 +65,7 @@ from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak, nvml_clocks
 from evalfarm.judge import diagnose, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned
+from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason, warm_meta
 from evalfarm.judge.roles import CANDIDATE, EXT_DIR, PROFILE_DIR, REFERENCE
@@ -427,6 +428,7 @@ class Judge:
         # setup_device_facts (device properties, the DRAM peak from NVML).
         self.setup_phases: dict[str, float] = {}
         self.rng = random.Random(secrets.randbits(64))
+        self.audit_schedule: AuditSchedule | None = None
         self.degenerate = ""
         self._stopped: set[str] = set()
         # A second, correctness-only evaluation (evalfarm.other_sizes): no timing, no speedup.
@@ -802,6 +804,11 @@ class Judge:
             self._resume(role)
 
     # --- rounds ----------------------------------------------------------------------
+    def _audits(self, n_correct: int) -> AuditSchedule:
+        if self.audit_schedule is None or self.audit_schedule.first_timed_round != n_correct:
+            self.audit_schedule = AuditSchedule(self.config.audit_fraction, n_correct, self.rng)
+        return self.audit_schedule
+
     def _plan_batch(self, first_round: int, n_correct: int) -> list[RoundPlan]:
         for a in self.arenas.values():
             a.reset()
@@ -819,7 +826,7 @@ class Judge:
         for k in range(count):
             r = first_round + k
             inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(r)]
-            audited = r < n_correct or self.rng.random() < self.config.audit_fraction
+            audited = self._audits(n_correct).audited(r)
             calls = {}
             for role in (REFERENCE, CANDIDATE):
                 in_arena, out_arena = self.arenas[role, "in"], self.arenas[role, "out"]

@@ -33,6 +33,22 @@ def _score(task, source: str | Path, build_pool, **changes) -> ScoreResult:
     return score_attack(task, source, build_pool, QUICK, **changes)
 
 
+@pytest.mark.exclusive  # it tells blocks from timed rounds by the gaps between its calls, and asserts a speedup
+@pytest.mark.parametrize("warm_call", [True, False], ids=["warm_calls", "no_warm_calls"])
+def test_a_candidate_that_tells_timed_rounds_from_blocks_is_caught_by_the_timed_audits(task, build_pool, warm_call):
+    # Correct in the correctness blocks (calls back to back), an unwritten buffer in the timed
+    # rounds (calls spaced out by the judge's exchanges). Without timed audits it is paid: it
+    # does tell them apart. With the default audit share, one timed round in every 10 is checked
+    # (judge.audits), so a candidate wrong in every timed round cannot pass 35 of them.
+    attack = RUNTIME / "block_aware_switch.py"
+    unaudited = _score(task, attack, build_pool, audit_fraction=0.0, warm_call=warm_call)
+    assert unaudited.verdict is Verdict.OK and unaudited.speedup > 1.2, (unaudited.verdict, unaudited.speedup)
+    assert unaudited.evidence.timing.block_rounds > 0
+    r = _score(task, attack, build_pool, warm_call=warm_call)
+    assert r.verdict is Verdict.HACK_DETECTED, (r.verdict, r.detail)
+    assert r.detail.startswith("guard timed_output_audit"), r.detail
+
+
 def test_cache_keyed_by_input_pointer_is_not_ok(task, build_pool):
     # Arena offsets repeat across batches with fresh values, so the cache hands back stale outputs.
     r = _score(task, RUNTIME / "cache_by_pointer.py", build_pool)
