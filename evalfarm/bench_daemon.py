@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["warm_judges"] = args.warm_judges
     summary["correctness_block"] = args.correctness_block
     summary["warm_call"] = args.warm_call
-    summary["tasks"] = sorted({it.task for it in stream}, key=[it.task for it in stream].index)
+    summary["tasks"] = list(dict.fromkeys(it.task for it in stream))  # in stream order
     (args.out / "bench_daemon.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     text = markdown(summary)
     (args.out / "bench_daemon.md").write_text(text)

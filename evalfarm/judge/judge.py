@@ -428,7 +428,6 @@ class Judge:
         # setup_device_facts (device properties, the DRAM peak from NVML).
         self.setup_phases: dict[str, float] = {}
         self.rng = random.Random(secrets.randbits(64))
-        self.audit_schedule: AuditSchedule | None = None
         self.degenerate = ""
         self._stopped: set[str] = set()
         # A second, correctness-only evaluation (evalfarm.other_sizes): no timing, no speedup.
@@ -767,6 +766,12 @@ class Judge:
         sync()
         return out, time.perf_counter() - t0
 
+    def _note_reference_call(self, t_ns: int) -> None:
+        """A reference call's time, into the running estimate (call bounds) and the recent median
+        (warm calls)."""
+        self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t_ns / 1e9
+        self.ref_recent.append(t_ns)
+
     def _reference_call_s(self) -> float:
         """The reference's usual call: the median of its last calls (a few slow ones on a loaded host
         do not move it), or the set-up estimate before any."""
@@ -804,12 +809,7 @@ class Judge:
             self._resume(role)
 
     # --- rounds ----------------------------------------------------------------------
-    def _audits(self, n_correct: int) -> AuditSchedule:
-        if self.audit_schedule is None or self.audit_schedule.first_timed_round != n_correct:
-            self.audit_schedule = AuditSchedule(self.config.audit_fraction, n_correct, self.rng)
-        return self.audit_schedule
-
-    def _plan_batch(self, first_round: int, n_correct: int) -> list[RoundPlan]:
+    def _plan_batch(self, first_round: int, audits: AuditSchedule) -> list[RoundPlan]:
         for a in self.arenas.values():
             a.reset()
         count = self.rounds_per_batch
@@ -826,7 +826,7 @@ class Judge:
         for k in range(count):
             r = first_round + k
             inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(r)]
-            audited = self._audits(n_correct).audited(r)
+            audited = audits.audited(r)
             calls = {}
             for role in (REFERENCE, CANDIDATE):
                 in_arena, out_arena = self.arenas[role, "in"], self.arenas[role, "out"]
@@ -992,8 +992,7 @@ class Judge:
                     f"correctness round {plan.r} (in a block): a call took {t_cand / 1e6:.1f} ms, more than the "
                     f"per-call bound of {self._call_limit_s():.3g} s ({cfg.timeout_factor:g}x the reference's "
                     f"{self.t_ref_est * 1e3:.3f} ms, at least {cfg.min_call_timeout_s:g} s)"))
-            self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * plan.times[REFERENCE]["t"] / 1e9
-            self.ref_recent.append(plan.times[REFERENCE]["t"])
+            self._note_reference_call(plan.times[REFERENCE]["t"])
 
     def _run_block_calls(self, role: str, plans: list[RoundPlan], per_call: float) -> tuple[list[dict[str, Any]], int]:
         """One worker's part of a correctness block: prepare_block (the first call's preparation),
@@ -1064,6 +1063,7 @@ class Judge:
     def _measure(self) -> ScoreResult:
         cfg = self.config
         n_correct = cfg.num_correctness_inputs
+        audits = AuditSchedule(cfg.audit_fraction, n_correct, self.rng)
         speedups: list[float] = []
         t_ref_all: list[int] = []
         t_cand_all: list[int] = []
@@ -1101,7 +1101,7 @@ class Judge:
                 counted_from = time.monotonic()
             counted = counted_from is not None
             t_step = time.monotonic()
-            plans = self._plan_batch(r, n_correct)
+            plans = self._plan_batch(r, audits)
             acc["rounds_inputs"] += time.monotonic() - t_step
             if plans[0].r in blocks:  # _plan_batch keeps a batch on one side of the blocks' edges
                 self._run_block(plans)
@@ -1136,8 +1136,7 @@ class Judge:
                         raise Verdicted(Verdict.TIMEOUT, f"round {plan.r}: the untimed warm call before it took "
                                         f"{t_warm / 1e6:.1f} ms, more than {cfg.timeout_factor:g}x the reference's "
                                         f"{self.t_ref_est * 1e3:.3f} ms (warm calls are bounded as calls are)")
-                    self.t_ref_est = 0.9 * self.t_ref_est + 0.1 * t_ref / 1e9
-                    self.ref_recent.append(t_ref)
+                    self._note_reference_call(t_ref)
                     plan.times = times
             # Audits run only now, with both workers idle: judge work on the device never
             # overlaps a timed call.

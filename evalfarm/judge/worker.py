@@ -353,11 +353,15 @@ class Worker:
             del out
             self._sync()
         except BaseException as err:  # noqa: BLE001 - the candidate's error, reported as a call's
-            kind = "infra" if self.role == REFERENCE else _error_kind(err)
-            return {"op": "error", "kind": kind, "round": r,
-                    "detail": "in the untimed warm call (the model on the first inputs it was given, before "
-                              "this round's inputs were written):\n" + traceback.format_exc()[-8000:]}
+            return self._call_error(err, r, "in the untimed warm call (the model on the first inputs it was given, "
+                                            "before this round's inputs were written):\n" + traceback.format_exc()[-8000:])
         return {"op": "warmed", "ran": True}
+
+    def _call_error(self, err: BaseException, r: Any, detail: str) -> dict[str, Any]:
+        """A call's error as the worker reports it: the reference's is the farm's ("infra"), the
+        candidate's a CUDA fault or a runtime error."""
+        kind = "infra" if self.role == REFERENCE else _error_kind(err)
+        return {"op": "error", "kind": kind, "round": r, "detail": detail}
 
     def prepare(self) -> dict[str, Any]:
         """Everything before a timed call that need not follow the inputs: it runs before the
@@ -413,8 +417,7 @@ class Worker:
         try:
             out, t, ev, pre = self._timed(self.model, args)
         except BaseException as err:  # noqa: BLE001
-            kind = "infra" if self.role == REFERENCE else _error_kind(err)
-            return {"op": "error", "kind": kind, "round": r, "detail": traceback.format_exc()[-8000:]}
+            return self._call_error(err, r, traceback.format_exc()[-8000:])
         if self._warm_args is None:
             self._keep_warm_inputs(args)
         slots = [self.Slot.from_wire(s) for s in rd.get("out") or []]
@@ -442,8 +445,7 @@ class Worker:
                 layouts.append(strides)
             self._sync()
         except BaseException as err:  # noqa: BLE001
-            return {"op": "error", "kind": "infra" if self.role == REFERENCE else _error_kind(err), "round": r,
-                    "detail": f"reading the output failed: {type(err).__name__}: {err}"}
+            return self._call_error(err, r, f"reading the output failed: {type(err).__name__}: {err}")
         return {"op": "round", "r": r, "t": t, "e": ev, "pre": pre, "strides": layouts}
 
     def _keep_warm_inputs(self, args: list[Any]) -> None:
