@@ -30,6 +30,7 @@ from evalfarm.guards.bounded import StaticAnalysisUnavailable, check_candidate_s
 from evalfarm.judge import wire
 from evalfarm.judge.diagnose import Diagnostics
 from evalfarm.judge.standby import JudgeProcess, WarmJudges
+from evalfarm.judge.task_facts import TaskFacts, task_key
 from evalfarm.result import Evidence, ScoreResult
 from evalfarm.tasks.format import Candidate, Task, load_candidate_file, parse_candidate, parse_task
 from evalfarm.tasks.suite import resolve_task
@@ -85,6 +86,9 @@ class Evaluation:
                  diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None) -> None:
         self.task, self.candidate, self.config, self.pool = task, candidate, config, pool
         self.judges = judges
+        # Task facts from earlier judges (the daemon's, shared by its evaluations; else this
+        # evaluation's own, for its re-verification and other-size judges).
+        self.facts = judges.task_facts if judges is not None else TaskFacts()
         self.diagnostics = diagnostics or Diagnostics()
         self._done = threading.Event()
         self._result: ScoreResult | None = None
@@ -234,12 +238,14 @@ class Evaluation:
             self._judges.append(judge)
         age_s = judge.age_s
         conn = judge.conn
+        facts_key = task_key(task.source, task.size_profiles, cfg.size_profile, cfg.device)
         try:
             wire.send_json(conn, {
                 "config": cfg.to_dict(), "task_name": task.name, "task_source": task.source,
                 "size_profiles": task.size_profiles, "candidate_source": self.candidate.source,
                 "cache_dir": str(self.pool.cache_dir), "arch": arch,
-                "expected_extensions": self._expected_extensions, **(extra or {}),
+                "expected_extensions": self._expected_extensions, "task_facts": self.facts.get(facts_key),
+                **(extra or {}),
             })
         except OSError:
             code = judge.proc.poll()
@@ -283,6 +289,7 @@ class Evaluation:
                 continue
             if msg.get("op") == "result":
                 result = ScoreResult.from_dict(msg["result"])
+                self.facts.note(facts_key, result.evidence.memory)
                 # How long the judge had been up when its request came: its start-up, not waited for.
                 result.evidence.phases_s["judge_started_ahead"] = round(age_s, 3)
                 result.evidence.phases_s.update(judge.startup)

@@ -75,8 +75,9 @@ def test_identical_candidate_scores_one(relu_task, data_dir, build_pool):
 def test_doing_the_work_twice_scores_half(relu_task, data_dir, build_pool):
     r = _score(relu_task, data_dir, "cand_twice.py", build_pool)
     assert r.verdict is Verdict.OK
-    # 0.5 plus what the second pass gains from the part of x still in L2 (measured: 0.566 on an H200)
-    assert 0.45 <= r.speedup <= 0.62, r.evidence.timing
+    # 0.5 plus what the second pass gains from the part of x still in L2 (measured on an H200:
+    # 0.566 alone, 0.63 with three other GPU tests running beside it under -n 4, 2026-11-27)
+    assert 0.45 <= r.speedup <= 0.66, r.evidence.timing
 
 
 def test_side_stream_work_is_timed_and_the_gap_reported(relu_task, data_dir, build_pool):

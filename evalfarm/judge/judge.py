@@ -70,6 +70,7 @@ from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason, warm_meta
 from evalfarm.judge.roles import CANDIDATE, EXT_DIR, PROFILE_DIR, REFERENCE
 from evalfarm.judge.state import set_clean_state
+from evalfarm.judge.task_facts import valid_footprint
 from evalfarm.judge.worker import QUIET_WAIT_S, data_span, overlaps, storage_span
 from evalfarm.judge.workers import StartedWorkers, WorkerHandle, _visible, start_workers
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
@@ -404,6 +405,10 @@ class Judge:
         self.cache_dir = request["cache_dir"]
         self.expected_extensions = request.get("expected_extensions") or {}
         self.arch = request["arch"]
+        # What an earlier judge of this task measured (evalfarm.judge.task_facts); never seed- or
+        # candidate-dependent, and checked before use.
+        facts = request.get("task_facts")
+        self.task_facts: dict[str, Any] = facts if isinstance(facts, dict) else {}
         self.report_pgid = report_pgid
         self.device = torch.device("cuda:0" if self.config.device == "cuda" else self.config.device)
         self.evidence = Evidence(device=str(self.device), versions=_versions())
@@ -534,7 +539,8 @@ class Judge:
             task_mod = instantiate_task(self.task, profile)
             self.source = InputSource(task_mod, str(self.device))
             init_inputs = self.source.init_inputs()
-            self.memory.before_setup(task_mod, init_inputs)  # TaskTooLarge before anything large exists
+            # TaskTooLarge before anything large exists
+            self.memory.before_setup(task_mod, init_inputs, valid_footprint(self.task_facts.get("footprint")))
             weight_seed = self.source.weight_seed()
             torch.manual_seed(weight_seed)
             ref_model = task_mod.Model(*init_inputs).to(self.device)
@@ -1508,6 +1514,28 @@ def _int(d: Any, key: str) -> int:
 MAIN_AT = [0.0]
 
 
+# An operator's diagnostic: a directory where every judge writes a cProfile of its evaluation
+# (judge-<pid>.prof; `python scripts/judge_profile_summary.py DIR` sums them). The judge's own
+# Python time only: what its workers do shows as the judge waiting in its receives.
+JUDGE_CPROFILE_ENV = "EVALFARM_JUDGE_CPROFILE"
+
+
+def profiled(run: Any, out_dir: str) -> Any:
+    """``run()``, under cProfile with its stats written into ``out_dir`` when that is set."""
+    if not out_dir:
+        return run()
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(run)
+    finally:
+        try:
+            prof.dump_stats(os.path.join(out_dir, f"judge-{os.getpid()}.prof"))
+        except OSError as err:
+            log.warning("judge profile not written to %s: %s", out_dir, err)
+
+
 def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[str],
           report_pgid: Any) -> None:
     """The judge process's life after evalfarm.judge.launch started its workers: warm the
@@ -1527,7 +1555,7 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
 
     try:
         judge = Judge(request, report_pgid, started, RoundsHold(conn), lambda msg: wire.send_json(conn, msg))
-        result = judge.run()
+        result = profiled(judge.run, os.environ.get(JUDGE_CPROFILE_ENV, ""))
     except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
         result = ScoreResult.failure(Verdict.INFRA_ERROR, "judge failed:\n" + traceback.format_exc()[-4000:])
     result.evidence.isolation = [*result.evidence.isolation, *hardening]

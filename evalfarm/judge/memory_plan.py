@@ -218,11 +218,20 @@ class MemoryGate:
         self.enabled = device.type == "cuda"
         self.footprint: Footprint | None = None
         self.last: MemoryPlan | None = None
+        self.source = ""  # where the footprint before set-up came from (the evidence says)
 
-    def before_setup(self, task_module: types.ModuleType, init_inputs: Sequence[Any]) -> None:
+    def before_setup(self, task_module: types.ModuleType, init_inputs: Sequence[Any],
+                     known: dict[str, int] | None = None) -> None:
+        """The plan before the task is built: from ``known`` (the footprint an earlier judge of this
+        task measured, evalfarm.judge.task_facts) where given, else estimated from shapes."""
         if not self.enabled:
             return
-        self.footprint = meta_footprint(task_module, init_inputs)
+        if known is not None:
+            self.footprint = Footprint(**known, measured=True)
+            self.source = "measured by an earlier evaluation of this task"
+        else:
+            self.footprint = meta_footprint(task_module, init_inputs)
+            self.source = "estimated from shapes"
         if self.footprint is None:
             return
         self.last = plan(self.footprint, *device_memory(self.device))
@@ -263,4 +272,6 @@ class MemoryGate:
         return rounds_per_batch
 
     def evidence(self) -> dict[str, Any]:
-        return self.last.to_dict() if self.last is not None else {}
+        if self.last is None:
+            return {}
+        return {**self.last.to_dict(), **({"planned_from": self.source} if self.source else {})}

@@ -27,6 +27,7 @@ from typing import Any
 
 from evalfarm import lifetime, sandbox
 from evalfarm.judge import wire
+from evalfarm.judge.task_facts import TaskFacts
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class WarmJudges:
         self.depth = {d: n for d, n in depth.items() if n > 0}
         self.idle_timeout_s = idle_timeout_s
         self.cache_dir = str(cache_dir)  # the extension cache its judges' evaluations use
+        self.task_facts = TaskFacts()  # what its judges learned about their tasks, for the next ones
         self._ready: dict[str, deque[JudgeProcess]] = {d: deque() for d in self.depth}
         self._cond = threading.Condition()
         self._closed = False
