@@ -24,6 +24,7 @@ import pytest
 from attack_scoring import score_attack
 
 from evalfarm import ScoreConfig, Verdict
+from evalfarm.judge.judge import EVENT_WALL_GAP_NOTE
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import as_task
 
@@ -114,8 +115,11 @@ def test_side_stream_created_in_cpp_is_timed_and_the_gap_reported(relu_task, bui
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
     assert r.speedup <= 0.5, r.evidence.timing  # three relus on the side stream are timed, not free
     t = r.evidence.timing
-    assert t.event_wall_gap is not None and t.event_wall_gap > 2, t
-    assert any(g.startswith("event_wall_gap") for g in r.evidence.guards), r.evidence.guards
+    # how much of the work the current stream's events miss depends on the GPU's scheduling
+    # (tests/test_gpu.py's side-stream test); the note fires from EVENT_WALL_GAP_NOTE up
+    assert t.event_wall_gap is not None and t.event_wall_gap > 1.5, t
+    noted = any(g.startswith("event_wall_gap") for g in r.evidence.guards)
+    assert noted == (t.event_wall_gap > EVENT_WALL_GAP_NOTE), r.evidence.guards
     assert any(f["guard"] == "side_stream" and not f["blocking"] for f in r.evidence.static_findings)
     floor = r.evidence.physical_floor
     assert floor and not floor["violated"], floor  # 128 MiB of output: the gate ran and stayed silent
