@@ -247,6 +247,8 @@ def markdown(s: dict[str, Any]) -> str:
         warm_note += ", correctness blocks off"
     if s.get("warm_call") in ("on", "off"):
         warm_note += f", warm calls {s['warm_call']}"
+    if s.get("standby_hold") in ("on", "off"):
+        warm_note += f", standby hold {s['standby_hold']}"
     if s.get("tasks"):
         warm_note += f", tasks {','.join(s['tasks'])}"
     lines = [f"# Daemon benchmark ({s['device']}, {s['candidates']} candidates in {s['wall_s']} s{warm_note}{cut})", "",
@@ -288,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="score every correctness round with its own exchange (ScoreConfig.correctness_block off)")
     ap.add_argument("--warm-judges", type=int, default=None,
                     help="the local daemon's --warm-judges (default: the daemon's own default)")
+    ap.add_argument("--standby-hold", choices=("on", "off"), default=None,
+                    help="the local daemon's --standby-hold (default: the daemon's own, on)")
     ap.add_argument("--tasks", default="",
                     help="comma-separated built-in task ids the stream cycles over, in order (e.g. L1/7,L1/8,L3/1; "
                          "default: every built-in task with variants for the device)")
@@ -318,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if not args.endpoint:
                 extra = ["--warm-judges", str(args.warm_judges)] if args.warm_judges is not None else []
+                if args.standby_hold is not None:
+                    extra += ["--standby-hold", args.standby_hold]
                 try:
                     daemon = LocalDaemon(device="cuda" if gpu else "cpu", cache_dir=os.path.join(tmp, "cache"),
                                          log_path=args.out / "daemon.log", args=extra, start_timeout_s=180.0)
@@ -349,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["warm_judges"] = args.warm_judges
     summary["correctness_block"] = args.correctness_block
     summary["warm_call"] = args.warm_call
+    summary["standby_hold"] = args.standby_hold
     summary["tasks"] = list(dict.fromkeys(it.task for it in stream))  # in stream order
     (args.out / "bench_daemon.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     text = markdown(summary)

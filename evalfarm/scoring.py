@@ -280,7 +280,8 @@ class Evaluation:
                 # Times count only while no standby of this device is starting up: "hold" tells
                 # the judge to check inputs meanwhile and set their times aside, "go" ends that.
                 try:
-                    if self.judges is not None and not self.judges.wait_ready(cfg.device, 0):
+                    if (self.judges is not None and self.judges.hold_rounds
+                            and not self.judges.wait_ready(cfg.device, 0)):
                         wire.send_json(conn, {"op": "hold"})
                         self.judges.wait_ready(cfg.device, STANDBY_HOLD_S, lambda: self._cancelled)
                     wire.send_json(conn, {"op": "go"})

@@ -268,8 +268,8 @@ class _StartingUp(WarmJudges):
     """Judges on demand, and a standby pool that reports a start-up for ``seconds`` after an
     evaluation asks: what the owner sees while a replacement standby starts."""
 
-    def __init__(self, seconds: float) -> None:
-        super().__init__({"cpu": 0})
+    def __init__(self, seconds: float, hold_rounds: bool = True) -> None:
+        super().__init__({"cpu": 0}, hold_rounds=hold_rounds)
         self.seconds = seconds
         self.asked: list[float] = []
 
@@ -306,6 +306,34 @@ def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, da
     assert r.evidence.timing.rounds >= cfg.min_timed_rounds
     # The wait is its own phase: neither correctness nor timing (whose budget starts after it).
     assert r.evidence.phases_s["timing"] < r.evidence.phases_s["held_for_standby"]
+
+
+def test_with_the_hold_off_rounds_during_a_start_up_are_timed_and_nothing_waits(task, data_dir, build_pool):
+    # The operator's --standby-hold off: the evaluation does not ask whether a standby is starting.
+    judges = _StartingUp(seconds=4.0, hold_rounds=False)
+    cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2,
+                      correctness_block=False)
+    try:
+        r = start(task, as_candidate(str(data_dir / "cand_same.py")), cfg, build_pool, judges=judges).result(timeout=240)
+    finally:
+        judges.close()
+    assert r.verdict is Verdict.OK, r.detail
+    assert judges.asked == []
+    assert r.evidence.timing.set_aside_rounds == 0
+    assert r.evidence.phases_s["held_for_standby"] == 0.0
+
+
+def test_the_standby_hold_is_the_operators_switch():
+    import argparse
+
+    from evalfarm.server.cli import add_serve_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    assert config_from_args(parser.parse_args(["--device", "cpu"])).standby_hold is True
+    assert config_from_args(parser.parse_args(["--device", "cpu", "--standby-hold", "off"])).standby_hold is False
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--standby-hold", "maybe"])
 
 
 def test_without_a_start_up_every_round_after_the_warm_up_is_timed(task, data_dir, build_pool):

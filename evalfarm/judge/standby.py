@@ -145,7 +145,7 @@ class WarmJudges:
     CHECK_INTERVAL_S = 10.0
 
     def __init__(self, depth: dict[str, int], idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-                 cache_dir: str = "") -> None:
+                 cache_dir: str = "", hold_rounds: bool = True) -> None:
         if any(n < 0 for n in depth.values()):
             raise ValueError(f"standby depth must be >= 0, got {depth}")
         if idle_timeout_s <= IDLE_MARGIN_S:
@@ -154,6 +154,9 @@ class WarmJudges:
         self.idle_timeout_s = idle_timeout_s
         self.cache_dir = str(cache_dir)  # the extension cache its judges' evaluations use
         self.task_facts = TaskFacts()  # what its judges learned about their tasks, for the next ones
+        # Evaluations set aside the times of rounds run while a standby of their device starts up
+        # (``wait_ready``); False: they time them too (the operator's --standby-hold off).
+        self.hold_rounds = hold_rounds
         self._ready: dict[str, deque[JudgeProcess]] = {d: deque() for d in self.depth}
         self._cond = threading.Condition()
         self._closed = False

@@ -56,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     "port": 50051, "host": "127.0.0.1", "gpus": None, "device": None, "slots": 1, "queue_limit": 64,
     "auth_token_file": None, "tls_cert": None, "tls_key": None, "tls_client_ca": None,
     "metrics_port": None, "health_port": None, "kernelbench_root": None, "cache_dir": str(DEFAULT_CACHE_DIR), "build_workers": 2, "warm_judges": None,
+    "standby_hold": "on",
     "max_source_bytes": DEFAULT_MAX_SOURCE_BYTES, "drain_timeout": 60.0, "max_eval_seconds": 1800.0,
     "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False, "fault_threshold": 3,
     "probe_interval": 60.0,
@@ -89,6 +90,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                    help="judge processes per slot started ahead of need (interpreter, torch, CUDA context and "
                         "both workers ready before a candidate arrives; each still serves one evaluation); "
                         "0 starts each on demand; default 1 on GPU slots, 0 on CPU slots")
+    p.add_argument("--standby-hold", choices=("on", "off"),
+                   help="on (default): while a standby judge of its device starts up, an evaluation checks its "
+                        "rounds but sets their times aside (a start-up competes for CPU and the GPU); off: "
+                        "those rounds are timed too (docs/benchmarks.md, 2b)")
     p.add_argument("--max-source-bytes", type=int)
     p.add_argument("--drain-timeout", type=float, help="seconds to finish work on SIGTERM; default 60")
     p.add_argument("--max-eval-seconds", type=float, help="hard limit per evaluation; default 1800")
@@ -170,6 +175,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cache_dir=Path(args.cache_dir) if args.cache_dir else None,
         build_workers=args.build_workers,
         warm_judges=args.warm_judges,
+        standby_hold=args.standby_hold == "on",
         max_source_bytes=args.max_source_bytes,
         drain_timeout_s=args.drain_timeout,
         max_eval_s=args.max_eval_seconds,

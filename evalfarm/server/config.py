@@ -37,6 +37,9 @@ class ServerConfig:
     # Judge processes kept started ahead, per slot (0: start each on demand); None: 1 on GPU slots,
     # 0 on CPU slots (a CPU evaluation uses every core, so a standby's start-up only competes with it).
     warm_judges: int | None = None
+    # While a standby judge of its device starts up, an evaluation checks its rounds but sets their
+    # times aside (evalfarm.judge.judge.RoundsHold); False: they are timed too.
+    standby_hold: bool = True
     max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
     drain_timeout_s: float = 60.0
     max_eval_s: float = 1800.0  # hard bound on one evaluation, on top of the scorer's own timeouts

@@ -65,7 +65,8 @@ class Daemon:
                 from evalfarm.judge.standby import WarmJudges
 
                 self.judges = WarmJudges(dict(collections.Counter(config.devices * per_slot)),
-                                         cache_dir=str(getattr(build_pool, "cache_dir", "") or ""))
+                                         cache_dir=str(getattr(build_pool, "cache_dir", "") or ""),
+                                         hold_rounds=config.standby_hold)
                 self.metrics.watch_warm_judges(self.judges.stats)
             backend = default_backend(self.judges)
         self.build_pool = build_pool
