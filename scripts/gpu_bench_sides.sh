@@ -5,7 +5,8 @@
 # unpacked there). Each side runs the stream once, in the order given (repeat a name to interleave:
 # "after before after before"), --warm-judges 1, 1000 correctness inputs, a 10 s timing budget;
 # each run's bench_daemon.{json,md} goes to $OUT/<side>-<k>/, and the summary lines print last;
-# JSON_ONLY=1 keeps only $OUT/<side>-<k>.json.
+# JSON_ONLY=1 keeps only $OUT/<side>-<k>.json; RESCORE=N also scores N fast candidates 3 times each
+# (the reward CV, bench_daemon --rescore).
 set -uo pipefail
 n=${1:-12}
 g=${2:-3}
@@ -25,7 +26,8 @@ for side in $sides; do
   mkdir -p "$dir"
   [[ -n ${TASKS:-} ]] && flag+=(--tasks "$TASKS")
   (cd "$root" && PYTHONPATH="$site:$root" timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda \
-    --candidates "$n" --group "$g" --rescore 0 --warm-judges 1 "${flag[@]}" --out "$dir") > "$dir/bench_daemon.log" 2>&1
+    --candidates "$n" --group "$g" --rescore "${RESCORE:-0}" --repeats 3 --warm-judges 1 "${flag[@]}" --out "$dir") \
+    > "$dir/bench_daemon.log" 2>&1
   echo "$side-$k exit code: $?" | tee -a "$OUT/gpu.txt"
 done
 for dir in "$OUT"/*-[0-9]*/; do
