@@ -281,9 +281,8 @@ class _StartingUp(WarmJudges):
         return True
 
 
-@pytest.mark.parametrize("blocks", [False, True])
-def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, data_dir, build_pool, blocks):
-    judges = _StartingUp(seconds=4.0)
+def _score_while_starting_up(judges, task, data_dir, build_pool, blocks):
+    """An identical copy scored while ``judges`` reports a standby starting up (closed after)."""
     cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2,
                       correctness_block=blocks)
     try:
@@ -291,6 +290,13 @@ def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, da
     finally:
         judges.close()
     assert r.verdict is Verdict.OK, r.detail
+    return r, cfg
+
+
+@pytest.mark.parametrize("blocks", [False, True])
+def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, data_dir, build_pool, blocks):
+    judges = _StartingUp(seconds=4.0)
+    r, cfg = _score_while_starting_up(judges, task, data_dir, build_pool, blocks)
     assert len(judges.asked) == 1
     # The 20 correctness rounds all ran before the go (they take far less than 4 s here), so at
     # least the 18 after the warm-up were checked and set aside (whole batches are planned, so
@@ -311,13 +317,7 @@ def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, da
 def test_with_the_hold_off_rounds_during_a_start_up_are_timed_and_nothing_waits(task, data_dir, build_pool):
     # The operator's --standby-hold off: the evaluation does not ask whether a standby is starting.
     judges = _StartingUp(seconds=4.0, hold_rounds=False)
-    cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2,
-                      correctness_block=False)
-    try:
-        r = start(task, as_candidate(str(data_dir / "cand_same.py")), cfg, build_pool, judges=judges).result(timeout=240)
-    finally:
-        judges.close()
-    assert r.verdict is Verdict.OK, r.detail
+    r, _ = _score_while_starting_up(judges, task, data_dir, build_pool, blocks=False)
     assert judges.asked == []
     assert r.evidence.timing.set_aside_rounds == 0
     assert r.evidence.phases_s["held_for_standby"] == 0.0
