@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 def get_init_inputs():
-    return [4]
+    return [int(torch.randint(1, 1000, (1,))), float(np.random.rand()), random.random()]
 
 def get_inputs():
     return [torch.randn(8, 5), torch.rand(3), torch.randint(0, 100, (6,)),
@@ -48,10 +48,16 @@ def _full_reseed_draw(source: InputSource, index: int, device: str) -> list:
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_round_inputs_are_those_of_a_full_reseed(device: str) -> None:
+def test_init_and_round_inputs_are_those_of_a_full_reseed(device: str) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no GPU")
     source = InputSource(_task(), device, secret=b"k" * 32)
+    seed = source.seed_for("init", 0)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    expected = list(source.module.get_init_inputs())
+    assert source.init_inputs() == expected
     for index in (0, 1, 17, -1):
         drawn = source.inputs(index)
         assert drawn[0].device.type == device

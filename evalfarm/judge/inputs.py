@@ -24,33 +24,28 @@ class InputSource:
         self.device = torch.device(device)
         self._secret = secret if secret is not None else secrets.token_bytes(32)
         self.on_device = self.device.type != "cpu"
-        self._round_generators: list[torch.Generator] | None = None
+        self._draw_generators: list[torch.Generator] | None = None
 
     def seed_for(self, purpose: str, index: int) -> int:
         h = hashlib.blake2b(f"{purpose}:{index}".encode(), key=self._secret, digest_size=8)
         return int.from_bytes(h.digest(), "little") & ((1 << 63) - 1)
 
-    def _seeded(self, seed: int) -> None:
-        torch.manual_seed(seed)
-        random.seed(seed)
-        np.random.seed(seed % (1 << 32))
-
     def _generators(self) -> list[torch.Generator]:
-        """The default generators a round's draws can use: the CPU's and this device's."""
-        if self._round_generators is None:
+        """The default generators a draw can use: the CPU's and this device's."""
+        if self._draw_generators is None:
             gens = [torch.default_generator]
             if self.device.type == "cuda":
                 torch.cuda.init()
                 index = self.device.index if self.device.index is not None else torch.cuda.current_device()
                 gens.append(torch.cuda.default_generators[index])
-            self._round_generators = gens
-        return self._round_generators
+            self._draw_generators = gens
+        return self._draw_generators
 
-    def _seeded_round(self, seed: int) -> None:
-        """As ``_seeded``, for the generators a round can draw from: per round, ``torch.manual_seed``
-        also seeds every other backend's generators, and those not initialised (XPU, MTIA; CUDA on
-        a CPU host) queue the call with a formatted stack trace each time (about 0.6 ms a round on
-        a CPU host). Same values on this device and the CPU: the same seed in the same generators."""
+    def _seeded(self, seed: int) -> None:
+        """Seed what a draw can use: the CPU's and this device's generators, ``random`` and numpy.
+        Not ``torch.manual_seed``, which also seeds every other backend, and queues the call with a
+        formatted stack trace for each one not initialised (XPU, MTIA; CUDA on a CPU host): about
+        0.6 ms a round on a CPU host. The values drawn on this device and the CPU are the same."""
         for gen in self._generators():
             gen.manual_seed(seed)
         random.seed(seed)
@@ -68,13 +63,13 @@ class InputSource:
         seed = self.seed_for("inputs", index)
         if self.on_device:
             try:
-                self._seeded_round(seed)
+                self._seeded(seed)
                 with self.device:
                     values = list(self.module.get_inputs())
                 return [self._to_device(v) for v in values]
             except Exception:  # noqa: BLE001 - task cannot generate on the device
                 self.on_device = False
-        self._seeded_round(seed)
+        self._seeded(seed)
         return [self._to_device(v) for v in self.module.get_inputs()]
 
     def _to_device(self, value: Any) -> Any:

@@ -218,7 +218,7 @@ class MemoryGate:
         self.enabled = device.type == "cuda"
         self.footprint: Footprint | None = None
         self.last: MemoryPlan | None = None
-        self.source = ""  # where the footprint before set-up came from (the evidence says)
+        self.planned_from = ""  # where the footprint before set-up came from (the evidence says)
 
     def before_setup(self, task_module: types.ModuleType, init_inputs: Sequence[Any],
                      known: dict[str, int] | None = None) -> None:
@@ -228,10 +228,10 @@ class MemoryGate:
             return
         if known is not None:
             self.footprint = Footprint(**known, measured=True)
-            self.source = "measured by an earlier evaluation of this task"
+            self.planned_from = "measured by an earlier evaluation of this task"
         else:
             self.footprint = meta_footprint(task_module, init_inputs)
-            self.source = "estimated from shapes"
+            self.planned_from = "estimated from shapes"
         if self.footprint is None:
             return
         self.last = plan(self.footprint, *device_memory(self.device))
@@ -274,4 +274,4 @@ class MemoryGate:
     def evidence(self) -> dict[str, Any]:
         if self.last is None:
             return {}
-        return {**self.last.to_dict(), **({"planned_from": self.source} if self.source else {})}
+        return {**self.last.to_dict(), **({"planned_from": self.planned_from} if self.planned_from else {})}
