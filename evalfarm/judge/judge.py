@@ -69,6 +69,7 @@ from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason, warm_meta
 from evalfarm.judge.roles import CANDIDATE, EXT_DIR, PROFILE_DIR, REFERENCE
+from evalfarm.judge.round_trace import RoundTrace
 from evalfarm.judge.state import set_clean_state
 from evalfarm.judge.task_facts import valid_footprint
 from evalfarm.judge.worker import QUIET_WAIT_S, data_span, overlaps, storage_span
@@ -448,6 +449,7 @@ class Judge:
         self._lease: gpu_lease.GpuLease | None = None
         self.block_rounds = correctness_block_rounds(self.config)
         self.block_log = BlockLog()  # how the blocks' calls went, per worker: evidence only
+        self.trace = RoundTrace.from_env()  # an operator's diagnostic (evalfarm.judge.round_trace)
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -486,6 +488,8 @@ class Judge:
             sandbox.wipe(tmp)
         # Workers killed and reaped (their CUDA contexts destroyed), lease released, files wiped.
         result.evidence.phases_s["teardown"] = round(time.monotonic() - t_end, 4)
+        if self.trace is not None:
+            self.trace.write()
         return result
 
     def _take_gpu_lease(self) -> None:
@@ -868,27 +872,33 @@ class Judge:
         exchange ends."""
         worker = self.ref if role == REFERENCE else self.cand
         phases = self.round_phases
+        stamps: dict[str, float] = {}  # the judge's clock at each step, for the round trace
+        prepared: dict[str, Any] = {}
         self._resume(role)
         try:
-            t0 = time.perf_counter()
+            t0 = stamps["start"] = time.perf_counter()
             wire.send_json(worker.conn, prepare)
             warm_ns = 0
             if prepare.get("warm"):
                 msg = self._recv(worker, limit, f"the untimed warm call before {preparing or what}")
-                warm_ns = int((time.perf_counter() - t0) * 1e9)
+                stamps["warmed"] = time.perf_counter()
+                warm_ns = int((stamps["warmed"] - t0) * 1e9)
                 if msg.get("op") != "warmed":
                     self._raise_worker_error(msg, worker)
-            msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {preparing or what}")
+            msg = prepared = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {preparing or what}")
+            stamps["prepared"] = time.perf_counter()
             self._stop(role)  # stopped while its inputs are written
-            t1 = time.perf_counter()
+            t1 = stamps["stopped"] = time.perf_counter()
             phases["rounds_prepare"] += t1 - t0
             self._note_prepared(msg, worker)
             for plan in plans:
                 self._write_inputs(role, plan)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            stamps["written"] = time.perf_counter()
             self._resume(role)
-            phases["rounds_write"] += time.perf_counter() - t1
+            stamps["resumed"] = time.perf_counter()
+            phases["rounds_write"] += stamps["resumed"] - t1
             sent = time.perf_counter_ns()
             wire.send_json(worker.conn, {"op": "go"})
             res: dict[str, Any] | None = None
@@ -900,9 +910,13 @@ class Judge:
             if res is None:
                 res = self._recv(worker, limit, what)
             go_ns = time.perf_counter_ns() - sent
+            stamps["replied"] = time.perf_counter()
             phases["rounds_go"] += go_ns / 1e9  # a block's later calls' preparations are in here
         finally:
             self._stop(role)
+        if self.trace is not None:
+            stamps["final_stop"] = time.perf_counter()
+            self.trace.exchange(role, [plan.r for plan in plans], stamps, prepared, res)
         return res, go_ns, warm_ns
 
     def _run_call(self, role: str, plan: RoundPlan, limit: float) -> dict[str, Any]:
@@ -1106,6 +1120,8 @@ class Judge:
             if counted_from is None and self._hold is not None and self._hold.released():
                 counted_from = time.monotonic()
             counted = counted_from is not None
+            if self.trace is not None:
+                self.trace.counted = counted
             t_step = time.monotonic()
             plans = self._plan_batch(r, audits)
             acc["rounds_inputs"] += time.monotonic() - t_step

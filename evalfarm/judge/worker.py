@@ -418,6 +418,7 @@ class Worker:
             out, t, ev, pre = self._timed(self.model, args)
         except BaseException as err:  # noqa: BLE001
             return self._call_error(err, r, traceback.format_exc()[-8000:])
+        called = _perf_ns()
         if self._warm_args is None:
             self._keep_warm_inputs(args)
         slots = [self.Slot.from_wire(s) for s in rd.get("out") or []]
@@ -446,7 +447,8 @@ class Worker:
             self._sync()
         except BaseException as err:  # noqa: BLE001
             return self._call_error(err, r, f"reading the output failed: {type(err).__name__}: {err}")
-        return {"op": "round", "r": r, "t": t, "e": ev, "pre": pre, "strides": layouts}
+        # post: this worker's checks and output copy after the call (a diagnostic: evalfarm.judge.round_trace)
+        return {"op": "round", "r": r, "t": t, "e": ev, "pre": pre, "strides": layouts, "post": _perf_ns() - called}
 
     def _keep_warm_inputs(self, args: list[Any]) -> None:
         """A private copy of the first inputs this worker was given, after its first call (so a

@@ -1,0 +1,97 @@
+"""An operator's diagnostic: every worker exchange of an evaluation, step by step.
+
+With ``EVALFARM_ROUND_TRACE=DIR`` set in the daemon's (or ``evalfarm score``'s) environment, each
+judge writes ``DIR/rounds-<pid>.jsonl`` when its evaluation ends: one line per exchange with a
+worker, in order. A line holds the judge's own clock for each step of the exchange (``at_us``: when
+it began, from the first exchange; ``warm_us``: prepare sent to "warmed" read, where the judge
+asked for an untimed warm call; ``prepare_us``: then to "prepared" read; ``stop_us``, ``write_us`` (inputs written and synchronised), ``resume_us``; ``go_us``: go
+sent to the reply read; ``final_stop_us``), the worker's own report of its parts (``poison_us``,
+``quiet_us``, and per call ``pre_us`` (flush and synchronisation), ``call_us``, ``event_us``,
+``post_us`` (output checks and copy)), and what the exchange was (``role``, ``rounds``, ``block``,
+``counted``: whether its times could be timing samples). Nothing is written during the rounds: the
+lines are kept in memory and written once, after the verdict.
+
+``python scripts/round_trace_summary.py DIR`` prints the medians per step and role, and the
+spread of the paired rounds' speedups. A diagnostic only: nothing here feeds a score.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ROUND_TRACE_ENV = "EVALFARM_ROUND_TRACE"
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 1)
+
+
+class RoundTrace:
+    """The exchanges of one evaluation, kept in memory and written by ``write``."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+        self.lines: list[dict[str, Any]] = []
+        self._origin: float | None = None
+        self.counted = True  # set by the judge: whether the rounds now run can be timing samples
+
+    @classmethod
+    def from_env(cls) -> RoundTrace | None:
+        out_dir = os.environ.get(ROUND_TRACE_ENV, "")
+        return cls(out_dir) if out_dir else None
+
+    def exchange(self, role: str, rounds: list[int], stamps: dict[str, float], prepared: dict[str, Any],
+                 reply: dict[str, Any]) -> None:
+        """One exchange: ``stamps`` are the judge's ``time.perf_counter()`` readings (``start``,
+        ``warmed`` (only with a warm call), ``prepared``, ``stopped``, ``written``, ``resumed``, ``replied``, ``final_stop``); ``prepared``
+        and ``reply`` the worker's messages."""
+        start = stamps["start"]
+        if self._origin is None:
+            self._origin = start
+        line: dict[str, Any] = {
+            "role": role, "rounds": rounds, "block": reply.get("op") == "block", "counted": self.counted,
+            "at_us": _us(start - self._origin),
+        }
+        warmed = "warmed" in stamps
+        steps = (("warm_us", "start", "warmed"), ("prepare_us", "warmed" if warmed else "start", "prepared"),
+                 ("stop_us", "prepared", "stopped"),
+                 ("write_us", "stopped", "written"), ("resume_us", "written", "resumed"),
+                 ("go_us", "resumed", "replied"), ("final_stop_us", "replied", "final_stop"))
+        for key, a, b in steps:
+            if a in stamps and b in stamps:
+                line[key] = _us(stamps[b] - stamps[a])
+        for key, field in (("poison_us", "poison_s"), ("quiet_us", "quiet_wait_s")):
+            if isinstance(prepared.get(field), float):
+                line[key] = _us(prepared[field])
+        calls = reply.get("rounds") if reply.get("op") == "block" else [reply]
+        parts: dict[str, list[float]] = {"pre_us": [], "call_us": [], "event_us": [], "post_us": []}
+        for call in calls or []:
+            if not isinstance(call, dict):
+                continue
+            for key, field, scale in (("pre_us", "pre", 1e-3), ("call_us", "t", 1e-3), ("event_us", "e", 1.0),
+                                      ("post_us", "post", 1e-3)):
+                value = call.get(field)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    parts[key].append(round(float(value) * scale, 1))
+        for key, values in parts.items():
+            if values:
+                line[key] = values if len(values) > 1 else values[0]
+        if reply.get("op") not in ("round", "block"):
+            line["reply"] = str(reply.get("op"))
+        self.lines.append(line)
+
+    def write(self) -> str:
+        """Write the lines; returns the file's path ("" when it could not be written)."""
+        path = os.path.join(self.out_dir, f"rounds-{os.getpid()}.jsonl")
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(line, separators=(",", ":")) + "\n" for line in self.lines)
+        except OSError as err:
+            log.warning("round trace not written to %s: %s", self.out_dir, err)
+            return ""
+        return path

@@ -1,0 +1,122 @@
+"""Where a worker exchange's time goes, from the judges' round traces (evalfarm.judge.round_trace).
+
+    EVALFARM_ROUND_TRACE=/tmp/rt evalfarm score --task T --candidate C --json
+    python scripts/round_trace_summary.py /tmp/rt            # one table per trace file
+    python scripts/round_trace_summary.py /tmp/rt --json     # the same figures as JSON
+
+For each trace (one evaluation) and each worker: the median microseconds of every step of its
+lone-call exchanges (correctness blocks left out), the steps the worker does not report
+(``prepare_rest``: prepare round trip minus poisoning and quiet wait; ``go_rest``: go round trip
+minus the worker's pre-call, call and post-call parts) and the judge's own time between exchanges
+(``between``). Then the paired rounds whose times could be timing samples: how many, the median
+speedup by the worker's clock and by CUDA events, and their robust spread (interquartile range /
+1.349 / median), which sets how many rounds the confidence interval needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+STEPS = ("warm_us", "prepare_us", "poison_us", "quiet_us", "prepare_rest", "stop_us", "write_us", "resume_us", "go_us",
+         "pre_us", "call_us", "event_us", "post_us", "go_rest", "final_stop_us", "between", "exchange")
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _num(line: dict[str, Any], key: str) -> float:
+    v = line.get(key, 0.0)
+    return float(v) if isinstance(v, int | float) else 0.0
+
+
+def derive(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each line with its unreported parts, its whole length and the judge's time after it."""
+    out = []
+    for k, line in enumerate(lines):
+        d = dict(line)
+        d["prepare_rest"] = _num(d, "prepare_us") - _num(d, "poison_us") - _num(d, "quiet_us")
+        exchange = sum(_num(d, key) for key in ("warm_us", "prepare_us", "stop_us", "write_us", "resume_us", "go_us",
+                                                "final_stop_us"))
+        d["exchange"] = exchange
+        if not d.get("block"):
+            d["go_rest"] = _num(d, "go_us") - _num(d, "pre_us") - _num(d, "call_us") - _num(d, "post_us")
+        if k + 1 < len(lines):
+            d["between"] = _num(lines[k + 1], "at_us") - _num(d, "at_us") - exchange
+        out.append(d)
+    return out
+
+
+def robust_spread(values: list[float]) -> float:
+    """Interquartile range / 1.349 / median (a standard deviation's estimate, relative)."""
+    if len(values) < 8:
+        return float("nan")
+    q = statistics.quantiles(values, n=4)
+    med = statistics.median(values)
+    return (q[2] - q[0]) / 1.349 / med if med else float("nan")
+
+
+def summarize(lines: list[dict[str, Any]], skip: int) -> dict[str, Any]:
+    rows = derive(lines)
+    lone = [d for d in rows if not d.get("block") and "call_us" in d and min(d.get("rounds") or [0]) >= skip]
+    steps: dict[str, dict[str, float]] = {}
+    for role in ("reference", "candidate"):
+        mine = [d for d in lone if d["role"] == role]
+        steps[role] = {key: round(statistics.median(_num(d, key) for d in mine), 1)
+                       for key in STEPS if mine and any(key in d for d in mine)}
+        steps[role]["n"] = len(mine)
+    by_round: dict[int, dict[str, dict[str, Any]]] = {}
+    for d in lone:
+        if d.get("counted"):
+            by_round.setdefault(d["rounds"][0], {})[d["role"]] = d
+    pairs = [p for p in by_round.values() if len(p) == 2]
+    ratio = [_num(p["reference"], "call_us") / _num(p["candidate"], "call_us") for p in pairs
+             if _num(p["candidate"], "call_us") > 0]
+    ev = [_num(p["reference"], "event_us") / _num(p["candidate"], "event_us") for p in pairs
+          if _num(p["candidate"], "event_us") > 0]
+    blocks = [d for d in rows if d.get("block")]
+    return {
+        "exchanges": len(rows), "block_exchanges": len(blocks), "steps_us": steps,
+        "timed_pairs": len(ratio),
+        "speedup_median": round(statistics.median(ratio), 4) if ratio else None,
+        "speedup_spread": round(robust_spread(ratio), 4) if ratio else None,
+        "event_speedup_median": round(statistics.median(ev), 4) if ev else None,
+        "event_speedup_spread": round(robust_spread(ev), 4) if ev else None,
+        "paired_round_ms": round(statistics.median(_num(p["reference"], "exchange") + _num(p["candidate"], "exchange")
+                                                   + _num(p["reference"], "between") + _num(p["candidate"], "between")
+                                                   for p in pairs) / 1e3, 3) if pairs else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir", type=Path, help="the EVALFARM_ROUND_TRACE directory (or one .jsonl file)")
+    ap.add_argument("--skip", type=int, default=10, help="leave out the rounds before this one (warm-up)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = ap.parse_args()
+    files = [args.dir] if args.dir.is_file() else sorted(args.dir.glob("rounds-*.jsonl"))
+    if not files:
+        raise SystemExit(f"no rounds-*.jsonl under {args.dir}: was EVALFARM_ROUND_TRACE set for the judge?")
+    results = {f.name: summarize(load(f), args.skip) for f in files}
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    for name, res in results.items():
+        print(f"\n{name}: {res['exchanges']} exchanges ({res['block_exchanges']} correctness blocks), "
+              f"{res['timed_pairs']} timed pairs, paired round {res['paired_round_ms']} ms; speedup "
+              f"{res['speedup_median']} (spread {res['speedup_spread']}), by events {res['event_speedup_median']} "
+              f"(spread {res['event_speedup_spread']})")
+        steps = res["steps_us"]
+        keys = [k for k in (*STEPS, "n") if any(k in steps[r] for r in steps)]
+        print("| step (median us) | " + " | ".join(steps) + " |")
+        print("|---|" + "---:|" * len(steps))
+        for k in keys:
+            print(f"| {k} | " + " | ".join(str(steps[r].get(k, "-")) for r in steps) + " |")
+
+
+if __name__ == "__main__":
+    main()
