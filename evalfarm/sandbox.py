@@ -34,7 +34,8 @@ _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "CXX", "CC", "L
 # daemon's environment (its token, credentials, the operator's shell) reaches the judge.
 _JUDGE_ENV_KEEP = (*_ENV_KEEP, "CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES_FOR_WORKER", "EVALFARM_LOG_LEVEL",
                    "OMP_NUM_THREADS", "EVALFARM_SANDBOX", "EVALFARM_SANDBOX_SHARED_DIR", "EVALFARM_CGROUP",
-                   "EVALFARM_LEASE_DIR", "EVALFARM_PIN_CORES", "EVALFARM_JUDGE_CPROFILE", "EVALFARM_ROUND_TRACE")
+                   "EVALFARM_LEASE_DIR", "EVALFARM_PIN_CORES", "EVALFARM_JUDGE_CPROFILE", "EVALFARM_ROUND_TRACE",
+                   "EVALFARM_PREPARE_AHEAD")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -150,12 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--margin", type=float, default=None, help="timing-noise margin above each ceiling")
     ap.add_argument("--only", default="", help="substring of the attack file names to keep")
     ap.add_argument("--out", type=Path, help="write all rows as JSON here (rewritten after every attack)")
+    ap.add_argument("--warm-call", choices=("auto", "on", "off"), default="auto",
+                    help="ScoreConfig.warm_call (auto: on a CPU only); off on a CPU sends every timed call's "
+                         "round with its go, as on a GPU (the worker prepared ahead)")
     args = ap.parse_args(argv)
     on_gpu = args.device != "cpu"
     margin = args.margin if args.margin is not None else (0.15 if on_gpu else 0.25)
     attacks = [a for a in ATTACKS if (on_gpu or not a.gpu_only) and args.only in a.file]
     cfg = ScoreConfig(device=args.device, num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35,
-                      reverify_above=0)
+                      reverify_above=0, warm_call={"auto": None, "on": True, "off": False}[args.warm_call])
     modes = ("on", "off") if args.static == "both" else (args.static,)
     all_rows: list[dict[str, Any]] = []
     summaries = []

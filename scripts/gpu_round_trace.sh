@@ -6,8 +6,9 @@
 #   OUT=$OUT bash scripts/gpu_round_trace.sh [INPUTS] [BUDGET] [SETTINGS] [CANDIDATES]
 #
 # SETTINGS: space-separated names, each "base" or NAME=ITEM[,ITEM]: an ITEM is ENV=VALUE (the
-# environment the daemon-less `evalfarm score` runs with) or --flag=value (one of its options), e.g.
-# "base nopoison=EVALFARM_WORKER_POISON=0 warm=--warm-call=on".
+# environment the daemon-less `evalfarm score` runs with), --flag=value (one of its options) or @DIR
+# (another checkout's evalfarm, e.g. `git archive REV evalfarm | tar -x -C .before`), e.g.
+# "base nopoison=EVALFARM_WORKER_POISON=0 warm=--warm-call=on before=@.before".
 # CANDIDATES: space-separated TASK:VARIANT_FILE (a built-in task id and a file under its variants),
 # or TASK:identical for a copy of the task's reference.
 set -u
@@ -29,26 +30,28 @@ task = next(root.glob(f"level{level}/{num}_*.py"))
 if variant == "identical":
     out = Path(work) / f"identical_{level}_{num}.py"
     out.write_text(task.read_text().replace("class Model(", "class ModelNew(", 1))
-    print(task, out)
+    print(task.resolve(), out)
 else:
-    print(task, next(root.glob(f"variants/level{level}/{num}_*/{variant}")))
+    print(task.resolve(), next(root.glob(f"variants/level{level}/{num}_*/{variant}")).resolve())
 EOF
 }
 for cand in $CANDIDATES; do
   read -r task_file cand_file < <(variant_path "${cand%%:*}" "${cand#*:}")
   for setting in $SETTINGS; do
     name=${setting%%=*}
-    envs=() flags=() items=()
+    envs=() flags=() items=() root=$PWD
     if [ "$setting" != "$name" ]; then IFS=',' read -r -a items <<< "${setting#*=}"; fi
     for item in "${items[@]}"; do
-      if [ "${item#--}" != "$item" ]; then flags+=("$item"); else envs+=("$item"); fi
+      if [ "${item#--}" != "$item" ]; then flags+=("$item")
+      elif [ "${item#@}" != "$item" ]; then root=$(cd "${item#@}" && pwd)
+      else envs+=("$item"); fi
     done
     tag="$(echo "$cand" | tr '/:.' '___')-$name"
     mkdir -p "$OUT/rt/$tag"
     echo "== $tag ($cand, ${items[*]:-as it is})"
-    env "${envs[@]}" EVALFARM_ROUND_TRACE="$OUT/rt/$tag" python3 -m evalfarm score --device "$DEVICE" \
+    (cd "$root" && env "${envs[@]}" PYTHONPATH="/tmp/site:$root" EVALFARM_ROUND_TRACE="$OUT/rt/$tag" python3 -m evalfarm score --device "$DEVICE" \
       --task "$task_file" --candidate "$cand_file" --inputs "$INPUTS" --budget "$BUDGET" --no-other-sizes \
-      "${flags[@]}" --json > "$OUT/rt/$tag/result.json" 2> "$OUT/rt/$tag/stderr.log"
+      "${flags[@]}" --json > "$OUT/rt/$tag/result.json" 2> "$OUT/rt/$tag/stderr.log")
     python3 - "$OUT/rt/$tag/result.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -26,6 +26,14 @@ while the reference runs; on a GPU, the reference worker also waits until no oth
 running on the device before its call. Every correctness round and a random share of timed
 rounds is checked here against the reference worker's output of the same round.
 
+Preparation ahead (``PREPARE_AHEAD_ENV``, on unless "0"): each worker prepares its next call right
+after replying for the last one, and the judge stops it only once it says it is prepared; a lone
+call then needs no "prepare" exchange of its own, and its round goes with "go" (on a GPU, the
+reference's quiet-GPU wait comes after that "go", before its call, and is left out of the
+reference's exchange leftover). That saves a round trip, two stop/continue signals and, on a GPU,
+a switch of the device to the worker's context and back per call; the order of what happens in the
+worker's process, and what it can see when, is unchanged (the worker is stopped in between).
+
 Correctness blocks (``ScoreConfig.correctness_block``, on by default): the correctness rounds
 after the warm-up run a batch at a time, one exchange per worker per batch (``Judge._run_block``)
 instead of one per call, since the exchange costs more than a small kernel's call (about 2.3 ms
@@ -97,6 +105,11 @@ ROUND_SLACK_S = 2.0
 # 3% of a 1 ms call; a warm call costs each worker one more call per round.
 WARM_CALL_MAX_S = 1e-3
 MAX_REMEASURES = 2
+# Preparation ahead: a worker prepares its next call (poisoning, L2 reset, synchronisation) right
+# after replying for the last one, and the judge sends a lone call's round with "go", with no
+# "prepare" round trip of its own (two stop/continue signals, and on a GPU a switch of the device to
+# the worker's context and back, fewer per call). "0" in the judge's environment turns it off.
+PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
 # side waiting for a quiet GPU) is bounded by this.
 PREPARE_TIMEOUT_S = 60.0
@@ -450,6 +463,8 @@ class Judge:
         self.block_rounds = correctness_block_rounds(self.config)
         self.block_log = BlockLog()  # how the blocks' calls went, per worker: evidence only
         self.trace = RoundTrace.from_env()  # an operator's diagnostic (evalfarm.judge.round_trace)
+        self.prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
+        self._ready: set[str] = set()  # workers that prepared their next call after their last reply
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -633,6 +648,7 @@ class Judge:
             "num_threads": num_threads, "init_inputs": init_inputs, "weight_seed": weight_seed,
             "flush_bytes": flush_bytes, "tuple_out": self.tuple_out,
             "warm_calls": self.config.warm_calls,  # whether a worker keeps its first inputs for them
+            "prepare_ahead": self.prepare_ahead,  # whether it prepares its next call after each reply
         }
         for worker in (self.ref, self.cand):  # no candidate code has run: a failure here is the farm's
             self._await_started(worker)
@@ -874,23 +890,28 @@ class Judge:
         phases = self.round_phases
         stamps: dict[str, float] = {}  # the judge's clock at each step, for the round trace
         prepared: dict[str, Any] = {}
-        self._resume(role)
+        ahead_msg: dict[str, Any] = {}
+        # Prepared after its last reply (and stopped since): a lone call's round goes with "go".
+        ahead = role in self._ready and prepare["op"] == "prepare" and not prepare.get("warm")
+        self._ready.discard(role)
+        warm_ns = 0
         try:
             t0 = stamps["start"] = time.perf_counter()
-            wire.send_json(worker.conn, prepare)
-            warm_ns = 0
-            if prepare.get("warm"):
-                msg = self._recv(worker, limit, f"the untimed warm call before {preparing or what}")
-                stamps["warmed"] = time.perf_counter()
-                warm_ns = int((stamps["warmed"] - t0) * 1e9)
-                if msg.get("op") != "warmed":
-                    self._raise_worker_error(msg, worker)
-            msg = prepared = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {preparing or what}")
-            stamps["prepared"] = time.perf_counter()
-            self._stop(role)  # stopped while its inputs are written
+            if not ahead:
+                self._resume(role)
+                wire.send_json(worker.conn, prepare)
+                if prepare.get("warm"):
+                    msg = self._recv(worker, limit, f"the untimed warm call before {preparing or what}")
+                    stamps["warmed"] = time.perf_counter()
+                    warm_ns = int((stamps["warmed"] - t0) * 1e9)
+                    if msg.get("op") != "warmed":
+                        self._raise_worker_error(msg, worker)
+                msg = prepared = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {preparing or what}")
+                stamps["prepared"] = time.perf_counter()
+                self._stop(role)  # stopped while its inputs are written
+                self._note_prepared(msg, worker)
             t1 = stamps["stopped"] = time.perf_counter()
             phases["rounds_prepare"] += t1 - t0
-            self._note_prepared(msg, worker)
             for plan in plans:
                 self._write_inputs(role, plan)
             if self.device.type == "cuda":
@@ -900,7 +921,7 @@ class Judge:
             stamps["resumed"] = time.perf_counter()
             phases["rounds_write"] += stamps["resumed"] - t1
             sent = time.perf_counter_ns()
-            wire.send_json(worker.conn, {"op": "go"})
+            wire.send_json(worker.conn, {**prepare, "op": "go"} if ahead else {"op": "go"})
             res: dict[str, Any] | None = None
             for r, call_what in progress or ():
                 msg = self._recv(worker, limit, call_what)
@@ -912,11 +933,29 @@ class Judge:
             go_ns = time.perf_counter_ns() - sent
             stamps["replied"] = time.perf_counter()
             phases["rounds_go"] += go_ns / 1e9  # a block's later calls' preparations are in here
+            if ahead and res.get("op") == "busy":
+                raise self._blame_busy_gpu(float(res.get("waited_s", 0)))
+            if ahead and res.get("op") == "round":
+                # The reference's quiet-GPU wait came after "go" (the worker's own report: it is trusted,
+                # and never a candidate's): it is no part of the call's leftover (exchange_charge_ns).
+                waited = res.get("quiet_wait_s")
+                if isinstance(waited, float) and 0.0 <= waited < PREPARE_TIMEOUT_S and role == REFERENCE:
+                    go_ns = max(go_ns - int(waited * 1e9), _int(res, "t"))
+                    phases["rounds_quiet"] += waited
+                    if waited > QUIET_NOTE_S:
+                        self.quiet_waits.append(waited)
+            if self.prepare_ahead and res.get("op") in ("round", "block"):
+                t2 = time.perf_counter()
+                ahead_msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing the call after {what}")
+                stamps["ahead"] = time.perf_counter()
+                phases["rounds_prepare"] += stamps["ahead"] - t2
+                self._note_prepared(ahead_msg, worker)
+                self._ready.add(role)
         finally:
             self._stop(role)
         if self.trace is not None:
             stamps["final_stop"] = time.perf_counter()
-            self.trace.exchange(role, [plan.r for plan in plans], stamps, prepared, res)
+            self.trace.exchange(role, [plan.r for plan in plans], stamps, prepared, res, ahead_msg)
         return res, go_ns, warm_ns
 
     def _run_call(self, role: str, plan: RoundPlan, limit: float) -> dict[str, Any]:

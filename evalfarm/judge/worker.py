@@ -18,7 +18,12 @@ steps: ``prepare`` (poison, demote, synchronise; on the reference's side on a GP
 other work runs on the device), after which the judge writes the call's inputs, and ``go``
 (flush, synchronise, call). The flush-and-synchronise before the call is the one moment the
 inputs are visible untimed; its duration is reported, and the judge charges the candidate for
-any excess over the reference's. A correctness block (``prepare_block``, then ``go``) runs several
+any excess over the reference's. Where the judge asks for it (``prepare_ahead`` in the start-up
+message; judge.PREPARE_AHEAD_ENV), a worker prepares its next call right after each reply, before
+the judge stops it, and says so ("prepared"): the judge then sends a lone call's round with its
+"go" (``run_prepared_call``), and on the reference's side the quiet-GPU wait comes after that "go",
+right before the call. Nothing runs in between: the worker is stopped from its "prepared" to its
+next "go", so its state is what it would have been with a "prepare" of its own. A correctness block (``prepare_block``, then ``go``) runs several
 rounds' calls in one exchange, their inputs all written before it, each call prepared as above;
 its times are never used for the score. Where the judge asks for one (``"warm"`` in
 ``prepare``), a worker first calls its model once, untimed, on the first inputs it was given, and
@@ -257,23 +262,35 @@ class Worker:
             "extensions": extensions,
         })
         pending: dict[str, Any] | None = None
+        ready = False  # prepared ahead, after the last call: a "go" may carry its round
         while True:
             msg = self.wire.recv_json(self.conn, None)
             op = msg.get("op")
             if op in ("prepare", "prepare_block"):
-                pending = msg
+                pending, ready = msg, False
                 if op == "prepare" and msg.get("warm"):  # answered first, on its own (the judge bounds it)
                     warmed = self.warm_call(msg.get("r"))
                     self.send(warmed)
                     if warmed["op"] != "warmed":
                         break
                 self.send(self.prepare())
-            elif op == "go" and pending is not None:
-                reply = self.run_block(pending) if pending["op"] == "prepare_block" else self.run_call(pending)
-                pending = None
+            elif op == "go" and (pending is not None or (ready and "r" in msg)):
+                if pending is not None:
+                    reply = self.run_block(pending) if pending["op"] == "prepare_block" else self.run_call(pending)
+                else:
+                    reply = self.run_prepared_call(msg)
+                    if reply["op"] == "busy":  # the judge asks again ("quiet") after killing the candidate
+                        self.send(reply)
+                        continue
+                pending, ready = None, False
                 self.send(reply)
                 if reply["op"] not in ("round", "block"):
                     break
+                if init.get("prepare_ahead"):
+                    # The next call's preparation now, after the reply (so outside the judge's clock for
+                    # this call), from this process's own context, while its GPU work is still the last.
+                    self.send(self.prepare(quiet=False))
+                    ready = True
             elif op == "quiet" and self._quiet_limit_s is not None:
                 # The judge asks again after killing the candidate's process: is the GPU quiet now?
                 quiet, waited = self._wait_quiet()
@@ -363,14 +380,15 @@ class Worker:
         kind = "infra" if self.role == REFERENCE else _error_kind(err)
         return {"op": "error", "kind": kind, "round": r, "detail": detail}
 
-    def prepare(self) -> dict[str, Any]:
+    def prepare(self, quiet: bool = True) -> dict[str, Any]:
         """Everything before a timed call that need not follow the inputs: it runs before the
-        judge writes them, so none of it can see them."""
+        judge writes them, so none of it can see them. ``quiet``: the reference's quiet-GPU wait
+        too (else it comes in ``run_prepared_call``, right before the call)."""
         start = _perf_ns()
         self._prepare_memory()
         # How long the poisoning, the L2 reset and their sync took (the judge's round phases).
         reply: dict[str, Any] = {"op": "prepared", "poison_s": (_perf_ns() - start) / 1e9}
-        if self._quiet_limit_s is not None:
+        if quiet and self._quiet_limit_s is not None:
             quiet, waited = self._wait_quiet()
             if not quiet:
                 return {"op": "busy", "waited_s": waited}
@@ -410,6 +428,20 @@ class Worker:
         t1 = _perf_ns()
         ev = e0.elapsed_time(e1) * 1000.0 if self.is_cuda else None
         return out, t1 - t0, ev, t0 - p0
+
+    def run_prepared_call(self, rd: dict[str, Any]) -> dict[str, Any]:
+        """A call whose preparation was made ahead (``prepare(quiet=False)`` after the last call) and
+        whose round came with "go": on the reference's side on a GPU, first the quiet-GPU wait (its
+        time reported, and left out of the call's and the pre-call times), then ``run_call``."""
+        waited = None
+        if self._quiet_limit_s is not None:
+            quiet, waited = self._wait_quiet()
+            if not quiet:
+                return {"op": "busy", "waited_s": waited}
+        reply = self.run_call(rd)
+        if waited is not None and reply["op"] == "round":
+            reply["quiet_wait_s"] = waited
+        return reply
 
     def run_call(self, rd: dict[str, Any]) -> dict[str, Any]:
         r = int(rd["r"])

@@ -1,0 +1,91 @@
+"""Preparation ahead (judge.PREPARE_AHEAD_ENV): a worker prepares its next call right after replying
+for the last one, and the judge sends a lone call's round with "go", without a "prepare" round trip.
+
+Read from the round trace (evalfarm.judge.round_trace), which records which exchanges began with a
+"prepare" of their own. Warm calls are off here (as on a GPU by default): a round with a warm call
+always begins with its own "prepare"."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.judge.judge import PREPARE_AHEAD_ENV
+from evalfarm.judge.round_trace import ROUND_TRACE_ENV
+from evalfarm.scoring import as_candidate, as_task, score
+
+QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False)
+
+
+def _traced(monkeypatch, tmp_path, task, candidate, build_pool, ahead: str | None, **changes):
+    monkeypatch.setenv(ROUND_TRACE_ENV, str(tmp_path))
+    if ahead is None:
+        monkeypatch.delenv(PREPARE_AHEAD_ENV, raising=False)
+    else:
+        monkeypatch.setenv(PREPARE_AHEAD_ENV, ahead)
+    r = score(task, candidate, QUICK.replace(**changes), build_pool=build_pool)
+    (path,) = tmp_path.glob("rounds-*.jsonl")
+    return r, [json.loads(x) for x in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def task(data_dir):
+    return as_task(str(data_dir / "task_scale.py"))
+
+
+def test_lone_calls_skip_the_prepare_round_trip(monkeypatch, tmp_path, task, data_dir, build_pool):
+    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(str(data_dir / "cand_same.py")), build_pool, None)
+    assert r.verdict is Verdict.OK, r.detail
+    assert 0.5 < r.speedup < 2.0
+    for role in ("reference", "candidate"):
+        mine = [x for x in lines if x["role"] == role]
+        # The first exchange prepares as before; every one that replied prepares the next call.
+        assert "prepare_us" in mine[0] and all("ahead_us" in x for x in mine)
+        lone_after_first = [x for x in mine[1:] if not x["block"]]
+        assert lone_after_first, "the evaluation had no lone calls after its first"
+        assert not any("prepare_us" in x for x in lone_after_first), [x for x in lone_after_first if "prepare_us" in x][:2]
+        # A block still starts with its own prepare_block.
+        assert all("prepare_us" in x for x in mine if x["block"])
+    # The reference's quiet-GPU wait moves into "go" only on a GPU; on a CPU there is none.
+    assert not any("go_quiet_us" in x for x in lines)
+    assert r.evidence.timing.rounds >= QUICK.min_timed_rounds
+
+
+def test_the_operator_can_turn_it_off(monkeypatch, tmp_path, task, data_dir, build_pool):
+    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(str(data_dir / "cand_same.py")), build_pool, "0")
+    assert r.verdict is Verdict.OK, r.detail
+    assert all("prepare_us" in x and "ahead_us" not in x for x in lines)
+
+
+def test_warm_calls_still_prepare_after_their_warm_call(monkeypatch, tmp_path, task, data_dir, build_pool):
+    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(str(data_dir / "cand_same.py")), build_pool, None,
+                       warm_call=True)
+    assert r.verdict is Verdict.OK, r.detail
+    warm = [x for x in lines if "warm_us" in x]
+    assert warm and all("prepare_us" in x for x in warm)
+    assert r.evidence.timing.warm_call_rounds > 0
+
+
+def test_wrong_outputs_are_still_caught_with_calls_prepared_ahead(monkeypatch, tmp_path, task, build_pool):
+    wrong = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+        self.bias = nn.Parameter(torch.randn(8192))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        y = torch.relu(x) * self.scale + self.bias
+        return y + 1.0 if self.calls > 12 else y
+"""
+    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(wrong), build_pool, None, correctness_block=False)
+    assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
+    assert any("ahead_us" in x and "prepare_us" not in x for x in lines if x["role"] == "candidate")
