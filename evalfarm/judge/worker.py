@@ -147,6 +147,10 @@ def alias_problem(cand_outs: list[Any], cand_inputs: list[Any], prev_cand_storag
     return ""
 
 
+class _GpuBusy(Exception):
+    """The reference's quiet-GPU wait before a call gave up: the call is not made."""
+
+
 class Worker:
     def __init__(self, fd: int, isolation: list[str] | None = None) -> None:
         from multiprocessing.connection import Connection
@@ -161,6 +165,8 @@ class Worker:
         self._released: list[Any] = []  # the round before's, freed in prepare (outside the timed exchange)
         self._poison: Any = None  # HeapPoisoner (CPU) or FreeMemoryPoisoner (CUDA); None when off
         self._reset_l2: Any = None  # evalfarm.judge.state.reset_persisting_l2 on CUDA
+        self._quiet_before_call = False  # the quiet-GPU wait inside _timed (run_prepared_call)
+        self._last_quiet: float | None = None  # how long that wait took, in seconds
 
     def send(self, msg: dict[str, Any]) -> None:
         self.wire.send_json(self.conn, msg)
@@ -412,11 +418,21 @@ class Worker:
         """(output, call ns, CUDA-event us, pre-call ns). Before the call, the L2 is flushed from this
         process's own context (so the call starts cold, and the GPU's switch from the judge's
         context to this one is paid here rather than inside the call); that pre-call time is
-        reported too, since it is the one moment the call's inputs are visible untimed."""
+        reported too, since it is the one moment the call's inputs are visible untimed. On the
+        reference's side of a call prepared ahead, the quiet-GPU wait follows the flush (tiny probe
+        kernels, which leave the L2 as cold) and is left out of the pre-call time."""
         p0 = _perf_ns()
         if self._flush_buf is not None:
             self._flush_buf.zero_()
         self._sync()
+        waited_ns = 0
+        self._last_quiet = None
+        if self._quiet_before_call:  # run_prepared_call on the reference's side (GPU): trusted code only
+            q0 = _perf_ns()
+            quiet, self._last_quiet = self._wait_quiet()
+            waited_ns = _perf_ns() - q0
+            if not quiet:
+                raise _GpuBusy()
         if self.is_cuda:
             e0, e1 = self._event(enable_timing=True), self._event(enable_timing=True)
             e0.record()
@@ -427,20 +443,21 @@ class Worker:
         self._sync()
         t1 = _perf_ns()
         ev = e0.elapsed_time(e1) * 1000.0 if self.is_cuda else None
-        return out, t1 - t0, ev, t0 - p0
+        return out, t1 - t0, ev, t0 - p0 - waited_ns
 
     def run_prepared_call(self, rd: dict[str, Any]) -> dict[str, Any]:
         """A call whose preparation was made ahead (``prepare(quiet=False)`` after the last call) and
-        whose round came with "go": on the reference's side on a GPU, first the quiet-GPU wait (its
-        time reported, and left out of the call's and the pre-call times), then ``run_call``."""
-        waited = None
-        if self._quiet_limit_s is not None:
-            quiet, waited = self._wait_quiet()
-            if not quiet:
-                return {"op": "busy", "waited_s": waited}
-        reply = self.run_call(rd)
-        if waited is not None and reply["op"] == "round":
-            reply["quiet_wait_s"] = waited
+        whose round came with "go": ``run_call``, where on the reference's side on a GPU the
+        quiet-GPU wait comes between the pre-call flush-and-synchronise and the call (``_timed``):
+        after the flush, so that both workers' pre-call times hold the same switch of the device to
+        their own context; its time is reported ("quiet_wait_s") and left out of the pre-call time."""
+        self._quiet_before_call = self._quiet_limit_s is not None
+        try:
+            reply = self.run_call(rd)
+        finally:
+            self._quiet_before_call = False
+        if self._last_quiet is not None and reply["op"] in ("round", "busy"):
+            reply["quiet_wait_s" if reply["op"] == "round" else "waited_s"] = self._last_quiet
         return reply
 
     def run_call(self, rd: dict[str, Any]) -> dict[str, Any]:
@@ -448,6 +465,8 @@ class Worker:
         args = self._args(rd["in"])
         try:
             out, t, ev, pre = self._timed(self.model, args)
+        except _GpuBusy:
+            return {"op": "busy"}
         except BaseException as err:  # noqa: BLE001
             return self._call_error(err, r, traceback.format_exc()[-8000:])
         called = _perf_ns()
