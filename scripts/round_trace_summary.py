@@ -7,7 +7,7 @@
 For each trace (one evaluation) and each worker: the median microseconds of every step of its
 lone-call exchanges (correctness blocks left out), the steps the worker does not report
 (``prepare_rest``: prepare round trip minus poisoning and quiet wait; ``go_rest``: go round trip
-minus the worker's quiet wait, pre-call, call and post-call parts) and the judge's own time between exchanges
+minus the worker's pre-call, call and post-call parts) and the judge's own time between exchanges
 (``between``). Then the paired rounds whose times could be timing samples: how many, the median
 speedup by the worker's clock and by CUDA events, and their robust spread (interquartile range /
 1.349 / median), which sets how many rounds the confidence interval needs.
@@ -21,8 +21,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-STEPS = ("warm_us", "prepare_us", "poison_us", "quiet_us", "prepare_rest", "stop_us", "write_us", "resume_us", "go_us",
-         "go_quiet_us", "pre_us", "call_us", "event_us", "post_us", "go_rest", "ahead_us", "ahead_poison_us",
+STEPS = ("warm_us", "prepare_us", "poison_us", "quiet_us", "prepare_rest", "stop_us", "judge_quiet_us", "write_us", "resume_us", "go_us",
+         "pre_us", "call_us", "event_us", "post_us", "go_rest", "ahead_us", "ahead_poison_us",
          "final_stop_us", "between", "exchange")
 
 
@@ -41,12 +41,11 @@ def derive(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for k, line in enumerate(lines):
         d = dict(line)
         d["prepare_rest"] = _num(d, "prepare_us") - _num(d, "poison_us") - _num(d, "quiet_us")
-        exchange = sum(_num(d, key) for key in ("warm_us", "prepare_us", "stop_us", "write_us", "resume_us", "go_us",
+        exchange = sum(_num(d, key) for key in ("warm_us", "prepare_us", "stop_us", "judge_quiet_us", "write_us", "resume_us", "go_us",
                                                 "ahead_us", "final_stop_us"))
         d["exchange"] = exchange
         if not d.get("block"):
-            d["go_rest"] = (_num(d, "go_us") - _num(d, "go_quiet_us") - _num(d, "pre_us") - _num(d, "call_us")
-                            - _num(d, "post_us"))
+            d["go_rest"] = _num(d, "go_us") - _num(d, "pre_us") - _num(d, "call_us") - _num(d, "post_us")
         if k + 1 < len(lines):
             d["between"] = _num(lines[k + 1], "at_us") - _num(d, "at_us") - exchange
         out.append(d)

@@ -48,8 +48,8 @@ def test_lone_calls_skip_the_prepare_round_trip(monkeypatch, tmp_path, task, dat
         assert not any("prepare_us" in x for x in lone_after_first), [x for x in lone_after_first if "prepare_us" in x][:2]
         # A block still starts with its own prepare_block.
         assert all("prepare_us" in x for x in mine if x["block"])
-    # The reference's quiet-GPU wait moves into "go" only on a GPU; on a CPU there is none.
-    assert not any("go_quiet_us" in x for x in lines)
+    # The judge waits for a quiet GPU before a reference call prepared ahead: on a GPU only.
+    assert not any("judge_quiet_us" in x for x in lines)
     assert r.evidence.timing.rounds >= QUICK.min_timed_rounds
 
 
@@ -89,3 +89,20 @@ class ModelNew(nn.Module):
     r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(wrong), build_pool, None, correctness_block=False)
     assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
     assert any("ahead_us" in x and "prepare_us" not in x for x in lines if x["role"] == "candidate")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_judge_waits_for_quiet_and_an_identical_copy_scores_one(monkeypatch, tmp_path, data_dir,
+                                                                           build_pool):
+    """The judge's own quiet wait replaces the reference worker's for calls prepared ahead, and both
+    workers' calls still follow the same steps: their pre-call times match, and a copy of the
+    reference scores 1.00 (a wait placed between the reference's flush and its call scored 0.94)."""
+    relu = as_task(str(data_dir / "gpu" / "task_relu.py"))
+    r, lines = _traced(monkeypatch, tmp_path, relu, as_candidate(str(data_dir / "gpu" / "cand_same.py")), build_pool,
+                       None, device="cuda", num_correctness_inputs=200, timing_budget_s=5.0, min_timed_rounds=70)
+    assert r.verdict is Verdict.OK, r.detail
+    ref = [x for x in lines[2:] if x["role"] == "reference" and not x["block"]]
+    assert ref and all("judge_quiet_us" in x and "prepare_us" not in x for x in ref)
+    t = r.evidence.timing
+    assert abs(t.pre_call_cand_us_median - t.pre_call_ref_us_median) < 0.2 * t.pre_call_ref_us_median, t
+    assert 0.97 <= r.speedup <= 1.03, t

@@ -29,8 +29,8 @@ rounds is checked here against the reference worker's output of the same round.
 Preparation ahead (``PREPARE_AHEAD_ENV``, on unless "0"): each worker prepares its next call right
 after replying for the last one, and the judge stops it only once it says it is prepared; a lone
 call then needs no "prepare" exchange of its own, and its round goes with "go" (on a GPU, the
-reference's quiet-GPU wait comes after that "go", before its call, and is left out of the
-reference's exchange leftover). That saves a round trip, two stop/continue signals and, on a GPU,
+judge itself waits for a quiet GPU before it writes a reference call's inputs, evalfarm.judge.quiet).
+That saves a round trip, two stop/continue signals and, on a GPU,
 a switch of the device to the worker's context and back per call; the order of what happens in the
 worker's process, and what it can see when, is unchanged (the worker is stopped in between).
 
@@ -76,11 +76,12 @@ from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason, warm_meta
+from evalfarm.judge.quiet import QUIET_WAIT_S, QuietProbe
 from evalfarm.judge.roles import CANDIDATE, EXT_DIR, PROFILE_DIR, REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
 from evalfarm.judge.state import set_clean_state
 from evalfarm.judge.task_facts import valid_footprint
-from evalfarm.judge.worker import QUIET_WAIT_S, data_span, overlaps, storage_span
+from evalfarm.judge.worker import data_span, overlaps, storage_span
 from evalfarm.judge.workers import StartedWorkers, WorkerHandle, _visible, start_workers
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
 from evalfarm.tasks.format import Task, instantiate_task
@@ -465,6 +466,7 @@ class Judge:
         self.trace = RoundTrace.from_env()  # an operator's diagnostic (evalfarm.judge.round_trace)
         self.prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
         self._ready: set[str] = set()  # workers that prepared their next call after their last reply
+        self._quiet_probe: QuietProbe | None = None  # the judge's own (_judge_waits_quiet)
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -912,6 +914,9 @@ class Judge:
                 self._note_prepared(msg, worker)
             t1 = stamps["stopped"] = time.perf_counter()
             phases["rounds_prepare"] += t1 - t0
+            if ahead and role == REFERENCE and self.device.type == "cuda":
+                self._judge_waits_quiet()
+                stamps["quiet"] = t1 = time.perf_counter()
             for plan in plans:
                 self._write_inputs(role, plan)
             if self.device.type == "cuda":
@@ -933,17 +938,6 @@ class Judge:
             go_ns = time.perf_counter_ns() - sent
             stamps["replied"] = time.perf_counter()
             phases["rounds_go"] += go_ns / 1e9  # a block's later calls' preparations are in here
-            if ahead and res.get("op") == "busy":
-                raise self._blame_busy_gpu(float(res.get("waited_s", 0)))
-            if ahead and res.get("op") == "round":
-                # The reference's quiet-GPU wait came after "go" (the worker's own report: it is trusted,
-                # and never a candidate's): it is no part of the call's leftover (exchange_charge_ns).
-                waited = res.get("quiet_wait_s")
-                if isinstance(waited, float) and 0.0 <= waited < PREPARE_TIMEOUT_S and role == REFERENCE:
-                    go_ns = max(go_ns - int(waited * 1e9), _int(res, "t"))
-                    phases["rounds_quiet"] += waited
-                    if waited > QUIET_NOTE_S:
-                        self.quiet_waits.append(waited)
             if self.prepare_ahead and res.get("op") in ("round", "block"):
                 t2 = time.perf_counter()
                 ahead_msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing the call after {what}")
@@ -982,6 +976,19 @@ class Judge:
                 and plan.r < self.config.num_correctness_inputs):
             self._save_structure_failure(plan, str(res.get("detail", ""))[:2000])
         self._raise_worker_error(res, self.ref if role == REFERENCE else self.cand)
+
+    def _judge_waits_quiet(self) -> None:
+        """Before a reference call prepared ahead: the quiet-GPU wait the reference worker makes in its
+        own preparation, made by the judge instead (evalfarm.judge.quiet), with the candidate's process
+        stopped, from the judge's context, which writes the reference's inputs next anyway."""
+        if self._quiet_probe is None:
+            self._quiet_probe = QuietProbe(torch, self.device, lambda: torch.cuda.synchronize(self.device))
+        quiet, waited = self._quiet_probe.wait()
+        if not quiet:
+            raise self._blame_busy_gpu(waited)
+        self.round_phases["rounds_quiet"] += waited
+        if waited > QUIET_NOTE_S:
+            self.quiet_waits.append(waited)
 
     def _note_prepared(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         """A worker's answer to prepare (or prepare_block): go on only when it is ready."""

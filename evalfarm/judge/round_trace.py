@@ -5,11 +5,11 @@ judge writes ``DIR/rounds-<pid>.jsonl`` when its evaluation ends: one line per e
 worker, in order. A line holds the judge's own clock for each step of the exchange (``at_us``: when
 it began, from the first exchange; ``warm_us``: prepare sent to "warmed" read, where the judge
 asked for an untimed warm call; ``prepare_us``: then to "prepared" read, where the exchange began
-with a "prepare"; ``stop_us``, ``write_us`` (inputs written and synchronised), ``resume_us``;
+with a "prepare"; ``stop_us``, ``judge_quiet_us`` (the judge's own quiet-GPU wait before a reference
+call prepared ahead), ``write_us`` (inputs written and synchronised), ``resume_us``;
 ``go_us``: go sent to the reply read; ``ahead_us``: then to the next call's "prepared" read, where
 the worker prepares ahead; ``final_stop_us``), the worker's own report of its parts (``poison_us``,
-``quiet_us``, ``go_quiet_us`` (the reference's quiet wait after "go", when prepared ahead),
-``ahead_poison_us``, and per call ``pre_us`` (flush and synchronisation), ``call_us``,
+``quiet_us``, ``ahead_poison_us``, and per call ``pre_us`` (flush and synchronisation), ``call_us``,
 ``event_us``, ``post_us`` (output checks and copy)), and what the exchange was (``role``, ``rounds``, ``block``,
 ``counted``: whether its times could be timing samples). Nothing is written during the rounds: the
 lines are kept in memory and written once, after the verdict.
@@ -52,7 +52,8 @@ class RoundTrace:
                  reply: dict[str, Any], ahead: dict[str, Any] | None = None) -> None:
         """One exchange: ``stamps`` are the judge's ``time.perf_counter()`` readings (``start``,
         ``warmed`` (only with a warm call), ``prepared`` (only with a "prepare" of its own),
-        ``stopped``, ``written``, ``resumed``, ``replied``, ``ahead`` (the next call prepared
+        ``stopped``, ``quiet`` (the judge's own quiet-GPU wait, before a reference call prepared ahead),
+        ``written``, ``resumed``, ``replied``, ``ahead`` (the next call prepared
         after the reply), ``final_stop``); ``prepared``, ``reply`` and ``ahead`` the worker's
         messages."""
         start = stamps["start"]
@@ -65,7 +66,7 @@ class RoundTrace:
         warmed = "warmed" in stamps
         steps = (("warm_us", "start", "warmed"), ("prepare_us", "warmed" if warmed else "start", "prepared"),
                  ("stop_us", "prepared", "stopped"),
-                 ("write_us", "stopped", "written"), ("resume_us", "written", "resumed"),
+                 ("judge_quiet_us", "stopped", "quiet"), ("write_us", "quiet" if "quiet" in stamps else "stopped", "written"), ("resume_us", "written", "resumed"),
                  ("go_us", "resumed", "replied"), ("ahead_us", "replied", "ahead"),
                  ("final_stop_us", "ahead" if "ahead" in stamps else "replied", "final_stop"))
         for key, a, b in steps:
@@ -74,8 +75,6 @@ class RoundTrace:
         for key, field in (("poison_us", "poison_s"), ("quiet_us", "quiet_wait_s")):
             if isinstance(prepared.get(field), float):
                 line[key] = _us(prepared[field])
-        if isinstance(reply.get("quiet_wait_s"), float):  # waited for after "go" (prepared ahead)
-            line["go_quiet_us"] = _us(reply["quiet_wait_s"])
         if ahead and isinstance(ahead.get("poison_s"), float):
             line["ahead_poison_us"] = _us(ahead["poison_s"])
         calls = reply.get("rounds") if reply.get("op") == "block" else [reply]

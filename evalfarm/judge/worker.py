@@ -21,8 +21,9 @@ inputs are visible untimed; its duration is reported, and the judge charges the 
 any excess over the reference's. Where the judge asks for it (``prepare_ahead`` in the start-up
 message; judge.PREPARE_AHEAD_ENV), a worker prepares its next call right after each reply, before
 the judge stops it, and says so ("prepared"): the judge then sends a lone call's round with its
-"go" (``run_prepared_call``), and on the reference's side the quiet-GPU wait comes after that "go",
-right before the call. Nothing runs in between: the worker is stopped from its "prepared" to its
+"go", and waits for a quiet GPU itself before it writes a reference call's inputs (the judge's
+probes see another context's work as the reference's would, evalfarm.judge.quiet). Nothing runs in
+between: the worker is stopped from its "prepared" to its
 next "go", so its state is what it would have been with a "prepare" of its own. A correctness block (``prepare_block``, then ``go``) runs several
 rounds' calls in one exchange, their inputs all written before it, each call prepared as above;
 its times are never used for the score. Where the judge asks for one (``"warm"`` in
@@ -56,13 +57,6 @@ _CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "cuDNN error", "unspecified launch failure",
                        "misaligned address", "illegal instruction")
 
-# The reference's quiet-GPU wait: a probe counts as quick within QUIET_FACTOR times its idle
-# latency, clamped to [QUIET_FLOOR_S, QUIET_CAP_S] (a probe that shares the device with another
-# context's running kernel waits for a time slice); the wait gives up after QUIET_WAIT_S.
-QUIET_FACTOR = 5
-QUIET_FLOOR_S = 250e-6
-QUIET_CAP_S = 1e-3
-QUIET_WAIT_S = 5.0
 # A worker keeps a copy of its first inputs for warm calls (ScoreConfig.warm_call) up to this size.
 WARM_INPUT_BYTES = 64 << 20
 
@@ -147,10 +141,6 @@ def alias_problem(cand_outs: list[Any], cand_inputs: list[Any], prev_cand_storag
     return ""
 
 
-class _GpuBusy(Exception):
-    """The reference's quiet-GPU wait before a call gave up: the call is not made."""
-
-
 class Worker:
     def __init__(self, fd: int, isolation: list[str] | None = None) -> None:
         from multiprocessing.connection import Connection
@@ -165,8 +155,6 @@ class Worker:
         self._released: list[Any] = []  # the round before's, freed in prepare (outside the timed exchange)
         self._poison: Any = None  # HeapPoisoner (CPU) or FreeMemoryPoisoner (CUDA); None when off
         self._reset_l2: Any = None  # evalfarm.judge.state.reset_persisting_l2 on CUDA
-        self._quiet_before_call = False  # the quiet-GPU wait inside _timed (run_prepared_call)
-        self._last_quiet: float | None = None  # how long that wait took, in seconds
 
     def send(self, msg: dict[str, Any]) -> None:
         self.wire.send_json(self.conn, msg)
@@ -237,14 +225,14 @@ class Worker:
         self.isolation.append(seccomp.install())  # every thread, before any task or candidate code
         flush_bytes = int(init.get("flush_bytes", 0))
         self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
-        self._quiet_limit_s: float | None = None
+        self._quiet: Any = None  # evalfarm.judge.quiet.QuietProbe: the reference's, on a GPU
         # Kept after the first call where the evaluation may have warm calls (_keep_warm_inputs);
         # [] means none: no copy is made.
         self._warm_args: list[Any] | None = None if init.get("warm_calls") else []
         if self.is_cuda and self.role == REFERENCE:
-            self._probe = torch.zeros(1, device=device)
-            baseline = min(self._probe_once() for _ in range(5))
-            self._quiet_limit_s = min(max(QUIET_FACTOR * baseline, QUIET_FLOOR_S), QUIET_CAP_S)
+            from evalfarm.judge.quiet import QuietProbe
+
+            self._quiet = QuietProbe(torch, device, self._sync)
         load_start = _perf_ns()
         extensions: list[dict[str, Any]] = []
         if self.role == REFERENCE:
@@ -283,11 +271,8 @@ class Worker:
             elif op == "go" and (pending is not None or (ready and "r" in msg)):
                 if pending is not None:
                     reply = self.run_block(pending) if pending["op"] == "prepare_block" else self.run_call(pending)
-                else:
-                    reply = self.run_prepared_call(msg)
-                    if reply["op"] == "busy":  # the judge asks again ("quiet") after killing the candidate
-                        self.send(reply)
-                        continue
+                else:  # prepared ahead: on the reference's side the judge has waited for a quiet GPU
+                    reply = self.run_call(msg)
                 pending, ready = None, False
                 self.send(reply)
                 if reply["op"] not in ("round", "block"):
@@ -297,9 +282,9 @@ class Worker:
                     # this call), from this process's own context, while its GPU work is still the last.
                     self.send(self.prepare(quiet=False))
                     ready = True
-            elif op == "quiet" and self._quiet_limit_s is not None:
+            elif op == "quiet" and self._quiet is not None:
                 # The judge asks again after killing the candidate's process: is the GPU quiet now?
-                quiet, waited = self._wait_quiet()
+                quiet, waited = self._quiet.wait()
                 self.send({"op": "quiet", "quiet": quiet, "waited_s": waited})
             elif op == "profile" and self.role == CANDIDATE:
                 self.send(self.profile(msg))
@@ -341,28 +326,6 @@ class Worker:
                 out.append(item[1])
         return out
 
-    def _probe_once(self) -> float:
-        t0 = _perf_ns()
-        self._probe.add_(1)
-        self._sync()
-        return (_perf_ns() - t0) / 1e9
-
-    def _wait_quiet(self) -> tuple[bool, float]:
-        """Wait until nothing else runs on the GPU (reference worker, CUDA only).
-
-        The candidate's process is stopped while the reference runs, but work it queued on the
-        GPU before that would still run, and share the device with the reference's call. A tiny
-        probe kernel returns at once on an idle device and waits for a time slice on a busy one;
-        three quick probes in a row mean quiet. Returns (quiet, seconds waited)."""
-        assert self._quiet_limit_s is not None
-        start = _perf_ns()
-        quick = 0
-        while quick < 3:
-            quick = quick + 1 if self._probe_once() <= self._quiet_limit_s else 0
-            if (_perf_ns() - start) / 1e9 > QUIET_WAIT_S:
-                return False, (_perf_ns() - start) / 1e9
-        return True, (_perf_ns() - start) / 1e9
-
     def warm_call(self, r: Any) -> dict[str, Any]:
         """One untimed call of the model on the inputs this worker was given first
         (``_keep_warm_inputs``), asked for by the judge (the same for both workers) before a
@@ -389,13 +352,13 @@ class Worker:
     def prepare(self, quiet: bool = True) -> dict[str, Any]:
         """Everything before a timed call that need not follow the inputs: it runs before the
         judge writes them, so none of it can see them. ``quiet``: the reference's quiet-GPU wait
-        too (else it comes in ``run_prepared_call``, right before the call)."""
+        too (prepared ahead, the judge waits for a quiet GPU itself before it writes the inputs)."""
         start = _perf_ns()
         self._prepare_memory()
         # How long the poisoning, the L2 reset and their sync took (the judge's round phases).
         reply: dict[str, Any] = {"op": "prepared", "poison_s": (_perf_ns() - start) / 1e9}
-        if quiet and self._quiet_limit_s is not None:
-            quiet, waited = self._wait_quiet()
+        if quiet and self._quiet is not None:
+            quiet, waited = self._quiet.wait()
             if not quiet:
                 return {"op": "busy", "waited_s": waited}
             reply["quiet_wait_s"] = waited
@@ -418,21 +381,11 @@ class Worker:
         """(output, call ns, CUDA-event us, pre-call ns). Before the call, the L2 is flushed from this
         process's own context (so the call starts cold, and the GPU's switch from the judge's
         context to this one is paid here rather than inside the call); that pre-call time is
-        reported too, since it is the one moment the call's inputs are visible untimed. On the
-        reference's side of a call prepared ahead, the quiet-GPU wait follows the flush (tiny probe
-        kernels, which leave the L2 as cold) and is left out of the pre-call time."""
+        reported too, since it is the one moment the call's inputs are visible untimed."""
         p0 = _perf_ns()
         if self._flush_buf is not None:
             self._flush_buf.zero_()
         self._sync()
-        waited_ns = 0
-        self._last_quiet = None
-        if self._quiet_before_call:  # run_prepared_call on the reference's side (GPU): trusted code only
-            q0 = _perf_ns()
-            quiet, self._last_quiet = self._wait_quiet()
-            waited_ns = _perf_ns() - q0
-            if not quiet:
-                raise _GpuBusy()
         if self.is_cuda:
             e0, e1 = self._event(enable_timing=True), self._event(enable_timing=True)
             e0.record()
@@ -443,30 +396,13 @@ class Worker:
         self._sync()
         t1 = _perf_ns()
         ev = e0.elapsed_time(e1) * 1000.0 if self.is_cuda else None
-        return out, t1 - t0, ev, t0 - p0 - waited_ns
-
-    def run_prepared_call(self, rd: dict[str, Any]) -> dict[str, Any]:
-        """A call whose preparation was made ahead (``prepare(quiet=False)`` after the last call) and
-        whose round came with "go": ``run_call``, where on the reference's side on a GPU the
-        quiet-GPU wait comes between the pre-call flush-and-synchronise and the call (``_timed``):
-        after the flush, so that both workers' pre-call times hold the same switch of the device to
-        their own context; its time is reported ("quiet_wait_s") and left out of the pre-call time."""
-        self._quiet_before_call = self._quiet_limit_s is not None
-        try:
-            reply = self.run_call(rd)
-        finally:
-            self._quiet_before_call = False
-        if self._last_quiet is not None and reply["op"] in ("round", "busy"):
-            reply["quiet_wait_s" if reply["op"] == "round" else "waited_s"] = self._last_quiet
-        return reply
+        return out, t1 - t0, ev, t0 - p0
 
     def run_call(self, rd: dict[str, Any]) -> dict[str, Any]:
         r = int(rd["r"])
         args = self._args(rd["in"])
         try:
             out, t, ev, pre = self._timed(self.model, args)
-        except _GpuBusy:
-            return {"op": "busy"}
         except BaseException as err:  # noqa: BLE001
             return self._call_error(err, r, traceback.format_exc()[-8000:])
         called = _perf_ns()
