@@ -73,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inputs", type=int, default=100, help="correctness inputs per kernel")
     ap.add_argument("--only", default="", help="keep the files whose names contain one of these comma-separated substrings")
     ap.add_argument("--build-workers", type=int, default=2, help="parallel load_inline builds")
+    ap.add_argument("--warm-call", choices=("auto", "on", "off"), default="auto",
+                    help="ScoreConfig.warm_call (auto: on a CPU only); off on a CPU sends every timed call's "
+                         "round with its go, as on a GPU (the worker prepared ahead)")
     args = ap.parse_args(argv)
 
     dev_kind = "cpu" if args.device == "cpu" else "cuda"
     headers = [h for h in all_headers() if h.runs_on(dev_kind) and any(s in h.path.name for s in args.only.split(","))]
     cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs, timing_budget_s=args.budget,
-                      min_timed_rounds=21, reverify_above=0)
+                      min_timed_rounds=21, reverify_above=0,
+                      warm_call={"auto": None, "on": True, "off": False}[args.warm_call])
     modes = ("on", "off") if args.static == "both" else (args.static,)
     all_rows: list[dict] = []
     summaries = []

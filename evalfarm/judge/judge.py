@@ -466,7 +466,7 @@ class Judge:
         self.trace = RoundTrace.from_env()  # an operator's diagnostic (evalfarm.judge.round_trace)
         self.prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
         self._ready: set[str] = set()  # workers that prepared their next call after their last reply
-        self._quiet_probe: QuietProbe | None = None  # the judge's own (_judge_waits_quiet)
+        self._quiet_probe: QuietProbe | None = None  # the judge's own (_judge_waits_quiet), GPU only
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -638,6 +638,10 @@ class Judge:
             if self.l2_bytes is not None and self.floor_output_bytes > 2 * self.l2_bytes:
                 self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the workers' start-up
         self.evidence.inputs_on_device = self.source.on_device
+        if self.prepare_ahead and self.device.type == "cuda":
+            # The judge's quiet-GPU probe (_judge_waits_quiet), its idle latency measured now, before
+            # any candidate code has run (nothing of the candidate's can be on the device yet).
+            self._quiet_probe = QuietProbe(torch, self.device, lambda: torch.cuda.synchronize(self.device))
         mark("setup_device_facts")
         self.phases["judge_setup"] = time.monotonic() - t0
 
@@ -981,8 +985,7 @@ class Judge:
         """Before a reference call prepared ahead: the quiet-GPU wait the reference worker makes in its
         own preparation, made by the judge instead (evalfarm.judge.quiet), with the candidate's process
         stopped, from the judge's context, which writes the reference's inputs next anyway."""
-        if self._quiet_probe is None:
-            self._quiet_probe = QuietProbe(torch, self.device, lambda: torch.cuda.synchronize(self.device))
+        assert self._quiet_probe is not None  # made in the set-up, before any candidate code ran
         quiet, waited = self._quiet_probe.wait()
         if not quiet:
             raise self._blame_busy_gpu(waited)
