@@ -28,11 +28,11 @@ rounds is checked here against the reference worker's output of the same round.
 
 Preparation ahead (``PREPARE_AHEAD_ENV``, on unless "0"): each worker prepares its next call right
 after replying for the last one, and the judge stops it only once it says it is prepared; a lone
-call then needs no "prepare" exchange of its own, and its round goes with "go" (on a GPU, the
-judge itself waits for a quiet GPU before it writes a reference call's inputs, evalfarm.judge.quiet).
-That saves a round trip, two stop/continue signals and, on a GPU,
-a switch of the device to the worker's context and back per call; the order of what happens in the
-worker's process, and what it can see when, is unchanged (the worker is stopped in between).
+call then needs no "prepare" exchange of its own, and its round goes with "go" (on a GPU, the judge
+itself waits for a quiet GPU before it writes a reference call's inputs, evalfarm.judge.quiet).
+That saves a round trip, two stop/continue signals and, on a GPU, a switch of the device to the
+worker's context and back per call; the order of what happens in the worker's process, and what it
+can see when, is unchanged (the worker is stopped in between).
 
 Correctness blocks (``ScoreConfig.correctness_block``, on by default): the correctness rounds
 after the warm-up run a batch at a time, one exchange per worker per batch (``Judge._run_block``)

@@ -18,23 +18,27 @@ steps: ``prepare`` (poison, demote, synchronise; on the reference's side on a GP
 other work runs on the device), after which the judge writes the call's inputs, and ``go``
 (flush, synchronise, call). The flush-and-synchronise before the call is the one moment the
 inputs are visible untimed; its duration is reported, and the judge charges the candidate for
-any excess over the reference's. Where the judge asks for it (``prepare_ahead`` in the start-up
-message; judge.PREPARE_AHEAD_ENV), a worker prepares its next call right after each reply, before
-the judge stops it, and says so ("prepared"): the judge then sends a lone call's round with its
-"go", and waits for a quiet GPU itself before it writes a reference call's inputs (the judge's
-probes see another context's work as the reference's would, evalfarm.judge.quiet). Nothing runs in
-between: the worker is stopped from its "prepared" to its
-next "go", so its state is what it would have been with a "prepare" of its own. A correctness block (``prepare_block``, then ``go``) runs several
-rounds' calls in one exchange, their inputs all written before it, each call prepared as above;
-its times are never used for the score. Where the judge asks for one (``"warm"`` in
-``prepare``), a worker first calls its model once, untimed, on the first inputs it was given, and
-answers "warmed" before it prepares (``Worker.warm_call``).
+any excess over the reference's.
 
-The candidate worker also checks, outside the timed calls and identically in every round,
-that its outputs have exactly the expected type, shape, dtype and device, and that they are
-freshly allocated: not the storage it returned in the previous round (kept alive here, so the
-allocator cannot legitimately hand it out again) and not a view of its inputs, unless the
-reference's outputs behave the same way (the judge says so at start).
+Where the judge asks for it (``prepare_ahead`` in the start-up message; judge.PREPARE_AHEAD_ENV),
+a worker prepares its next call right after each reply, before the judge stops it, and says so
+("prepared"): the judge then sends a lone call's round with its "go", and waits for a quiet GPU
+itself before it writes a reference call's inputs (the judge's probes see another context's work
+as the reference's would, evalfarm.judge.quiet). Nothing runs in between: the worker is stopped
+from its "prepared" to its next "go", so its state is what it would have been with a "prepare" of
+its own.
+
+A correctness block (``prepare_block``, then ``go``) runs several rounds' calls in one exchange,
+their inputs all written before it, each call prepared as above; its times are never used for
+the score. Where the judge asks for one (``"warm"`` in ``prepare``), a worker first calls its
+model once, untimed, on the first inputs it was given, and answers "warmed" before it prepares
+(``Worker.warm_call``).
+
+The candidate worker also checks, outside the timed calls and identically in every round, that
+its outputs have exactly the expected type, shape, dtype and device, and that they are freshly
+allocated: not the storage it returned in the previous round (kept alive here, so the allocator
+cannot legitimately hand it out again) and not a view of its inputs, unless the reference's
+outputs behave the same way (the judge says so at start).
 """
 
 from __future__ import annotations
