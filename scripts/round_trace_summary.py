@@ -18,11 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
-STEPS = ("warm_us", "prepare_us", "poison_us", "quiet_us", "prepare_rest", "stop_us", "judge_quiet_us", "write_us", "resume_us", "go_us",
-         "pre_us", "call_us", "event_us", "post_us", "go_rest", "ahead_us", "ahead_poison_us",
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evalfarm.judge.round_trace import JUDGE_STEPS  # noqa: E402
+
+# The rows of a table: the judge's steps with the worker's parts and the derived rests beside them.
+STEPS = ("warm_us", "prepare_us", "poison_us", "quiet_us", "prepare_rest", "stop_us", "judge_quiet_us", "write_us",
+         "resume_us", "go_us", "pre_us", "call_us", "event_us", "post_us", "go_rest", "ahead_us", "ahead_poison_us",
          "final_stop_us", "between", "exchange")
 
 
@@ -41,8 +47,7 @@ def derive(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for k, line in enumerate(lines):
         d = dict(line)
         d["prepare_rest"] = _num(d, "prepare_us") - _num(d, "poison_us") - _num(d, "quiet_us")
-        exchange = sum(_num(d, key) for key in ("warm_us", "prepare_us", "stop_us", "judge_quiet_us", "write_us", "resume_us", "go_us",
-                                                "ahead_us", "final_stop_us"))
+        exchange = sum(_num(d, key) for key in JUDGE_STEPS)
         d["exchange"] = exchange
         if not d.get("block"):
             d["go_rest"] = _num(d, "go_us") - _num(d, "pre_us") - _num(d, "call_us") - _num(d, "post_us")

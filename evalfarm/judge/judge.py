@@ -912,10 +912,10 @@ class Judge:
                     warm_ns = int((stamps["warmed"] - t0) * 1e9)
                     if msg.get("op") != "warmed":
                         self._raise_worker_error(msg, worker)
-                msg = prepared = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {preparing or what}")
+                prepared = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing {preparing or what}")
                 stamps["prepared"] = time.perf_counter()
                 self._stop(role)  # stopped while its inputs are written
-                self._note_prepared(msg, worker)
+                self._note_prepared(prepared, worker)
             t1 = stamps["stopped"] = time.perf_counter()
             phases["rounds_prepare"] += t1 - t0
             if ahead and role == REFERENCE and self.device.type == "cuda":
@@ -989,9 +989,7 @@ class Judge:
         quiet, waited = self._quiet_probe.wait()
         if not quiet:
             raise self._blame_busy_gpu(waited)
-        self.round_phases["rounds_quiet"] += waited
-        if waited > QUIET_NOTE_S:
-            self.quiet_waits.append(waited)
+        self._note_quiet_wait(waited)
 
     def _note_prepared(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         """A worker's answer to prepare (or prepare_block): go on only when it is ready."""
@@ -999,11 +997,19 @@ class Judge:
             raise self._blame_busy_gpu(float(msg.get("waited_s", 0)))
         if msg.get("op") != "prepared":
             self._raise_worker_error(msg, worker)
-        for key, phase in (("poison_s", "rounds_poison"), ("quiet_wait_s", "rounds_quiet")):
-            if isinstance(msg.get(key), float) and 0.0 <= msg[key] < PREPARE_TIMEOUT_S:
-                self.round_phases[phase] += msg[key]  # the worker's own report: a diagnostic, never a score
-        if isinstance(msg.get("quiet_wait_s"), float) and msg["quiet_wait_s"] > QUIET_NOTE_S:
-            self.quiet_waits.append(msg["quiet_wait_s"])
+        # The worker's own report: a diagnostic, never a score.
+        if isinstance(msg.get("poison_s"), float) and 0.0 <= msg["poison_s"] < PREPARE_TIMEOUT_S:
+            self.round_phases["rounds_poison"] += msg["poison_s"]
+        if isinstance(msg.get("quiet_wait_s"), float):
+            self._note_quiet_wait(msg["quiet_wait_s"])
+
+    def _note_quiet_wait(self, waited: float) -> None:
+        """A quiet-GPU wait before a reference call (the reference worker's or the judge's): its time
+        into the round phases, and a wait over QUIET_NOTE_S kept for the evidence's note."""
+        if 0.0 <= waited < PREPARE_TIMEOUT_S:
+            self.round_phases["rounds_quiet"] += waited
+        if waited > QUIET_NOTE_S:
+            self.quiet_waits.append(waited)
 
     def _write_inputs(self, role: str, plan: RoundPlan) -> None:
         """A round's inputs into the worker's input slots (the caller synchronises)."""

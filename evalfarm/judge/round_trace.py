@@ -28,6 +28,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 ROUND_TRACE_ENV = "EVALFARM_ROUND_TRACE"
+# The steps the judge's clock measures, in order: together, one whole exchange.
+JUDGE_STEPS = ("warm_us", "prepare_us", "stop_us", "judge_quiet_us", "write_us", "resume_us", "go_us", "ahead_us",
+               "final_stop_us")
 
 
 def _us(seconds: float) -> float:
@@ -63,12 +66,15 @@ class RoundTrace:
             "role": role, "rounds": rounds, "block": reply.get("op") == "block", "counted": self.counted,
             "at_us": _us(start - self._origin),
         }
-        warmed = "warmed" in stamps
-        steps = (("warm_us", "start", "warmed"), ("prepare_us", "warmed" if warmed else "start", "prepared"),
-                 ("stop_us", "prepared", "stopped"),
-                 ("judge_quiet_us", "stopped", "quiet"), ("write_us", "quiet" if "quiet" in stamps else "stopped", "written"), ("resume_us", "written", "resumed"),
+        def last(*names: str) -> str:  # the latest of these steps that happened
+            return next((n for n in reversed(names) if n in stamps), names[0])
+
+        steps = (("warm_us", "start", "warmed"), ("prepare_us", last("start", "warmed"), "prepared"),
+                 ("stop_us", "prepared", "stopped"), ("judge_quiet_us", "stopped", "quiet"),
+                 ("write_us", last("stopped", "quiet"), "written"), ("resume_us", "written", "resumed"),
                  ("go_us", "resumed", "replied"), ("ahead_us", "replied", "ahead"),
-                 ("final_stop_us", "ahead" if "ahead" in stamps else "replied", "final_stop"))
+                 ("final_stop_us", last("replied", "ahead"), "final_stop"))
+        assert tuple(key for key, _, _ in steps) == JUDGE_STEPS
         for key, a, b in steps:
             if a in stamps and b in stamps:
                 line[key] = _us(stamps[b] - stamps[a])

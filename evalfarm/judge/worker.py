@@ -260,6 +260,7 @@ class Worker:
             "extensions": extensions,
         })
         pending: dict[str, Any] | None = None
+        prepare_ahead = bool(init.get("prepare_ahead"))  # the judge's choice (judge.PREPARE_AHEAD_ENV)
         ready = False  # prepared ahead, after the last call: a "go" may carry its round
         while True:
             msg = self.wire.recv_json(self.conn, None)
@@ -281,7 +282,7 @@ class Worker:
                 self.send(reply)
                 if reply["op"] not in ("round", "block"):
                     break
-                if init.get("prepare_ahead"):
+                if prepare_ahead:
                     # The next call's preparation now, after the reply (so outside the judge's clock for
                     # this call), from this process's own context, while its GPU work is still the last.
                     self.send(self.prepare(quiet=False))
