@@ -10,6 +10,7 @@ import functools
 import os
 import platform
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,38 @@ def _dram_peak(nv: Any, uuid: str | None, pci: tuple[int, int, int] | None) -> D
         return DramPeak(None, clock, width, note=f"NVML reported a max memory clock of {clock} MHz and a bus "
                         f"width of {width} bits: not usable")
     return DramPeak(peak_dram_bytes_s(clock, width), clock, width, note=how)
+
+
+def nvml_clock_reader(uuid: str | None, pci: tuple[int, int, int] | None,
+                      nvml: Any = None) -> Callable[[], dict[str, int]] | None:
+    """A reader of the device's SM clock right now and why it is not higher (NVML's clock-event
+    reasons, a bit mask), NVML kept open for the process: ``{"sm_mhz": .., "clock_reasons": ..}``.
+    None when NVML is not there or cannot surely find the device. A diagnostic (the round trace)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
+    if not uuid and pci is None:
+        return None
+    try:
+        nvml.nvmlInit()
+        handle, _how = _device_handle(nvml, uuid, pci)
+    except Exception:  # noqa: BLE001 - NVMLError, _NoHandle: no reader
+        return None
+    reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+               or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+
+    def read() -> dict[str, int]:
+        try:
+            out = {"sm_mhz": int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))}
+            if reasons is not None:
+                out["clock_reasons"] = int(reasons(handle))
+            return out
+        except Exception:  # noqa: BLE001 - a diagnostic: nothing rather than an error
+            return {}
+
+    return read
 
 
 def nvml_clocks(uuid: str | None, pci: tuple[int, int, int] | None, nvml: Any = None) -> dict[str, str] | None:

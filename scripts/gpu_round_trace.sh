@@ -47,6 +47,8 @@ for cand in $CANDIDATES; do
       else envs+=("$item"); fi
     done
     tag="$(echo "$cand" | tr '/:.' '___')-$name"
+    n=2; base_tag=$tag
+    while [ -e "$OUT/rt/$tag" ]; do tag="$base_tag-$n"; n=$((n + 1)); done  # a candidate named twice
     mkdir -p "$OUT/rt/$tag"
     echo "== $tag ($cand, ${items[*]:-as it is})"
     (cd "$root" && env "${envs[@]}" PYTHONPATH="/tmp/site:$root" EVALFARM_ROUND_TRACE="$OUT/rt/$tag" python3 -m evalfarm score --device "$DEVICE" \
@@ -65,4 +67,25 @@ EOF
     python3 scripts/round_trace_summary.py "$OUT/rt/$tag" --skip 10 | tee "$OUT/rt/$tag/summary.txt"
   done
 done
+# One line per evaluation, last: what each setting gave.
+python3 - "$OUT/rt" <<'EOF' | tee "$OUT/table.md"
+import json, subprocess, sys
+from pathlib import Path
+print("| evaluation | verdict | speedup | rounds | correctness s | timing s | paired round ms | round spread |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for d in sorted(Path(sys.argv[1]).iterdir()):
+    try:
+        r = json.loads((d / "result.json").read_text())
+    except (OSError, ValueError):
+        print(f"| {d.name} | no result | | | | | | |")
+        continue
+    ev = r.get("evidence", {})
+    t, ph = ev.get("timing") or {}, ev.get("phases_s", {})
+    out = subprocess.run([sys.executable, "scripts/round_trace_summary.py", str(d), "--json"], capture_output=True,
+                         text=True)
+    s = next(iter(json.loads(out.stdout).values()), {}) if out.returncode == 0 else {}
+    fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
+    print(f"| {d.name} | {r.get('verdict')} | {r.get('speedup')} | {t.get('rounds')} | {fmt(ph.get('correctness'))} "
+          f"| {fmt(ph.get('timing'))} | {s.get('paired_round_ms')} | {s.get('speedup_spread')} |")
+EOF
 tar -czf "$OUT/round_traces.tgz" -C "$OUT" rt && rm -rf "$OUT/rt" "$WORK"

@@ -85,6 +85,7 @@ def summarize(lines: list[dict[str, Any]], skip: int) -> dict[str, Any]:
     ev = [_num(p["reference"], "event_us") / _num(p["candidate"], "event_us") for p in pairs
           if _num(p["candidate"], "event_us") > 0]
     blocks = [d for d in rows if d.get("block")]
+    clocks = sorted(int(d["sm_mhz"]) for d in lone if isinstance(d.get("sm_mhz"), int))
     return {
         "exchanges": len(rows), "block_exchanges": len(blocks), "steps_us": steps,
         "timed_pairs": len(ratio),
@@ -92,6 +93,7 @@ def summarize(lines: list[dict[str, Any]], skip: int) -> dict[str, Any]:
         "speedup_spread": round(robust_spread(ratio), 4) if ratio else None,
         "event_speedup_median": round(statistics.median(ev), 4) if ev else None,
         "event_speedup_spread": round(robust_spread(ev), 4) if ev else None,
+        "sm_mhz": [clocks[0], clocks[len(clocks) // 2], clocks[-1]] if clocks else None,  # min, median, max
         "paired_round_ms": round(statistics.median(_num(p["reference"], "exchange") + _num(p["candidate"], "exchange")
                                                    + _num(p["reference"], "between") + _num(p["candidate"], "between")
                                                    for p in pairs) / 1e3, 3) if pairs else None,
@@ -115,7 +117,8 @@ def main() -> None:
         print(f"\n{name}: {res['exchanges']} exchanges ({res['block_exchanges']} correctness blocks), "
               f"{res['timed_pairs']} timed pairs, paired round {res['paired_round_ms']} ms; speedup "
               f"{res['speedup_median']} (spread {res['speedup_spread']}), by events {res['event_speedup_median']} "
-              f"(spread {res['event_speedup_spread']})")
+              f"(spread {res['event_speedup_spread']})"
+              + (f"; SM clock min/median/max {res['sm_mhz']} MHz" if res["sm_mhz"] else ""))
         steps = res["steps_us"]
         keys = [k for k in (*STEPS, "n") if any(k in steps[r] for r in steps)]
         print("| step (median us) | " + " | ".join(steps) + " |")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from evalfarm.devices import DramPeak, dram_peak, nvml_clocks, peak_dram_bytes_s
+from evalfarm.devices import DramPeak, dram_peak, nvml_clock_reader, nvml_clocks, peak_dram_bytes_s
 from evalfarm.judge.judge import _cuda_identity, physical_floor
 from evalfarm.result import Evidence, ScoreResult, _known
 from evalfarm.verdict import Verdict
@@ -228,3 +228,31 @@ def test_clocks_are_none_where_nvml_cannot_say_for_sure():
                        nvml=FakeNVMLClocks(DEVICES, READINGS)) is None
     assert nvml_clocks(None, None, nvml=FakeNVMLClocks(DEVICES, READINGS)) is None
     assert nvml_clocks(UUID_A, None, nvml=FakeNVMLClocks(DEVICES, READINGS, fail_init=True)) is None
+
+
+class FakeNVMLReasons(FakeNVMLClocks):
+    """A clock that moves between readings, with NVML's clock-event reasons."""
+
+    def __init__(self, devices, readings, sm_seq, reasons=0x4):
+        super().__init__(devices, readings)
+        self.sm_seq = list(sm_seq)
+        self.reasons = reasons
+
+    def nvmlDeviceGetClockInfo(self, handle, which):
+        return self.sm_seq.pop(0) if which == self.NVML_CLOCK_SM else super().nvmlDeviceGetClockInfo(handle, which)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return self.reasons
+
+
+def test_the_clock_reader_reads_the_runtimes_device_each_time_it_is_called():
+    read = nvml_clock_reader(UUID_B, (0, 0x43, 0), nvml=FakeNVMLReasons(DEVICES, READINGS, [1980, 1755]))
+    assert read() == {"sm_mhz": 1980, "clock_reasons": 0x4}
+    assert read() == {"sm_mhz": 1755, "clock_reasons": 0x4}
+    assert read() == {}  # a reading that fails: nothing, never an error (the fake has no more)
+
+
+def test_no_clock_reader_where_nvml_cannot_say_for_sure():
+    assert nvml_clock_reader(UUID_B, (0, 0x1B, 0), nvml=FakeNVMLReasons(DEVICES, READINGS, [1])) is None
+    assert nvml_clock_reader(None, None, nvml=FakeNVMLReasons(DEVICES, READINGS, [1])) is None
+    assert nvml_clock_reader(UUID_A, None, nvml=FakeNVMLClocks(DEVICES, READINGS, fail_init=True)) is None

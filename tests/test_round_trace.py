@@ -95,3 +95,18 @@ def test_a_judge_writes_its_trace_where_the_operator_asks(data_dir, build_pool, 
     assert all(x["call_us"] > 0 and x["go_us"] >= x["call_us"] for x in lone)
     res = _summary_module().summarize(lines, skip=cfg.warmup_rounds)
     assert res["timed_pairs"] >= r.evidence.timing.rounds
+
+
+def test_the_clock_read_before_a_batch_goes_into_its_exchanges_lines():
+    trace = RoundTrace("unused")
+    readings = iter([{"sm_mhz": 1980, "clock_reasons": 0}, {"sm_mhz": 1755, "clock_reasons": 4}])
+    trace.exchange("reference", [0], {"start": 0.0}, {}, {"op": "round", "t": 1, "pre": 0})
+    trace.clock_reader = lambda: next(readings)
+    trace.sample_clock()
+    trace.exchange("reference", [1], {"start": 1.0}, {}, {"op": "round", "t": 1, "pre": 0})
+    trace.exchange("candidate", [1], {"start": 2.0}, {}, {"op": "round", "t": 1, "pre": 0})
+    trace.sample_clock()
+    trace.exchange("reference", [2], {"start": 3.0}, {}, {"op": "round", "t": 1, "pre": 0})
+    first, *rest = trace.lines
+    assert "sm_mhz" not in first  # no reader yet (a CPU, or no NVML): no clock in the line
+    assert [(x["sm_mhz"], x["clock_reasons"]) for x in rest] == [(1980, 0), (1980, 0), (1755, 4)]

@@ -70,7 +70,7 @@ import torch
 from evalfarm import bubblewrap, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
-from evalfarm.devices import DramPeak, dram_peak, nvml_clocks
+from evalfarm.devices import DramPeak, dram_peak, nvml_clock_reader, nvml_clocks
 from evalfarm.judge import diagnose, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.audits import AuditSchedule
@@ -111,6 +111,23 @@ MAX_REMEASURES = 2
 # "prepare" round trip of its own (two stop/continue signals, and on a GPU a switch of the device to
 # the worker's context and back, fewer per call). "0" in the judge's environment turns it off.
 PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
+# Ways to shorten an exchange further, each the operator's switch in the judge's environment
+# (docs/benchmarks.md, "Shortening the exchange"):
+# * GO_FIRST_ENV (on unless "0"): the judge queues a "go" before it continues the stopped worker,
+#   so the worker's read, restarted by the SIGCONT, finds it at once (one wake-up instead of two);
+# * JUDGE_SPIN_ENV (microseconds; DEFAULT_JUDGE_SPIN_US unless set, "0" none): the judge polls for a
+#   worker's reply without sleeping for up to this long before it blocks (on a GPU only; it keeps
+#   one host core busy meanwhile);
+# * ROUND_WRITE_ENV (on unless "0"): where both workers prepared ahead, a lone round's inputs are
+#   written into both workers' slots at once, in its first exchange (one switch of the device to
+#   the judge's context and one synchronisation fewer per round);
+# * REFERENCE_POISON_ENV ("0"): the reference worker, which runs no candidate code, skips the
+#   free-memory poisoning in its preparation (the candidate's is the operator's POISON_ENV, as before).
+GO_FIRST_ENV = "EVALFARM_GO_FIRST"
+REFERENCE_POISON_ENV = "EVALFARM_REFERENCE_POISON"
+DEFAULT_JUDGE_SPIN_US = 2000
+JUDGE_SPIN_ENV = "EVALFARM_JUDGE_SPIN_US"
+ROUND_WRITE_ENV = "EVALFARM_ROUND_WRITE"
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
 # side waiting for a quiet GPU) is bounded by this.
 PREPARE_TIMEOUT_S = 60.0
@@ -465,6 +482,10 @@ class Judge:
         self.block_log = BlockLog()  # how the blocks' calls went, per worker: evidence only
         self.trace = RoundTrace.from_env()  # an operator's diagnostic (evalfarm.judge.round_trace)
         self.prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
+        self.go_first = os.environ.get(GO_FIRST_ENV, "1") != "0"
+        self.round_write = self.prepare_ahead and os.environ.get(ROUND_WRITE_ENV, "1") != "0"
+        self.reference_poison = os.environ.get(REFERENCE_POISON_ENV, "1") != "0"
+        self.spin_s = judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), self.device.type)
         self._ready: set[str] = set()  # workers that prepared their next call after their last reply
         self._quiet_probe: QuietProbe | None = None  # the judge's own (_judge_waits_quiet), GPU only
 
@@ -642,6 +663,8 @@ class Judge:
             # The judge's quiet-GPU probe (_judge_waits_quiet), its idle latency measured now, before
             # any candidate code has run (nothing of the candidate's can be on the device yet).
             self._quiet_probe = QuietProbe(torch, self.device, lambda: torch.cuda.synchronize(self.device))
+        if self.trace is not None and self.device.type == "cuda":
+            self.trace.clock_reader = nvml_clock_reader(*_cuda_identity(torch.cuda.get_device_properties(self.device)))
         mark("setup_device_facts")
         self.phases["judge_setup"] = time.monotonic() - t0
 
@@ -665,7 +688,7 @@ class Judge:
         # Both load at once; the reference worker takes its quiet-GPU baseline before building the task.
         wire.send_pickle(self.ref.conn, {
             **common, "role": REFERENCE, "task_name": self.task.name, "task_source": self.task.source,
-            "size_profiles": self.task.size_profiles, "profile": profile,
+            "size_profiles": self.task.size_profiles, "profile": profile, "poison": self.reference_poison,
             "in_arena": self.arenas[REFERENCE, "in"].handle(), "out_arena": self.arenas[REFERENCE, "out"].handle(),
         })
         wire.send_pickle(self.cand.conn, {
@@ -844,6 +867,8 @@ class Judge:
     def _plan_batch(self, first_round: int, audits: AuditSchedule) -> list[RoundPlan]:
         for a in self.arenas.values():
             a.reset()
+        if self.trace is not None:
+            self.trace.sample_clock()
         count = self.rounds_per_batch
         # A batch never straddles an edge of the block rounds: it runs either as one correctness
         # block or call by call (the warm-up before it, the timed rounds after it).
@@ -882,16 +907,18 @@ class Judge:
 
     def _exchange(self, role: str, prepare: dict[str, Any], plans: list[RoundPlan], what: str,
                   limit: float, progress: list[tuple[int, str]] | None = None,
-                  preparing: str = "") -> tuple[dict[str, Any], int, int]:
+                  preparing: str = "", write_roles: tuple[str, ...] | None = None) -> tuple[dict[str, Any], int, int]:
         """One exchange with a worker: ``prepare`` (where it asks for one, a warm call first,
         answered "warmed" within ``limit`` s; then its own preparation, answered "prepared"), the
         worker stopped while the inputs of ``plans`` are written, then "go" and its reply within
         ``limit`` s. ``progress`` (a block's rounds but its last, each with what to call it): a
         "called" message is expected for each, in order, each within ``limit`` s of the one
         before, so a call that hangs is ended at the per-call bound; anything else there is
-        taken as the reply. Returns the reply, the judge's nanoseconds from go to reply and from
-        prepare to "warmed" (0 without a warm call); the worker is stopped again however the
-        exchange ends."""
+        taken as the reply. ``write_roles``: whose inputs of ``plans`` to write while it is stopped
+        (default: this worker's; ROUND_WRITE_ENV: the other's too, which must have prepared ahead,
+        or none, written in the exchange before, which needs this one prepared ahead). Returns the
+        reply, the judge's nanoseconds from go to reply and from prepare to "warmed" (0 without a
+        warm call); the worker is stopped again however the exchange ends."""
         worker = self.ref if role == REFERENCE else self.cand
         phases = self.round_phases
         stamps: dict[str, float] = {}  # the judge's clock at each step, for the round trace
@@ -899,6 +926,12 @@ class Judge:
         ahead_msg: dict[str, Any] = {}
         # Prepared after its last reply (and stopped since): a lone call's round goes with "go".
         ahead = role in self._ready and prepare["op"] == "prepare" and not prepare.get("warm")
+        write_roles = (role,) if write_roles is None else write_roles
+        # Inputs are only ever written into a worker that has finished its preparation (and is stopped).
+        if not ahead and write_roles != (role,):
+            raise RuntimeError(f"inputs written before {role}'s own preparation")
+        if any(other != role and other not in self._ready for other in write_roles):
+            raise RuntimeError(f"inputs written into a worker not prepared ahead: {write_roles}")
         self._ready.discard(role)
         warm_ns = 0
         try:
@@ -921,30 +954,38 @@ class Judge:
             if ahead and role == REFERENCE and self.device.type == "cuda":
                 self._judge_waits_quiet()
                 stamps["quiet"] = t1 = time.perf_counter()
-            for plan in plans:
-                self._write_inputs(role, plan)
-            if self.device.type == "cuda":
+            for writing in write_roles:
+                for plan in plans:
+                    self._write_inputs(writing, plan)
+            if self.device.type == "cuda" and write_roles:
                 torch.cuda.synchronize(self.device)
             stamps["written"] = time.perf_counter()
-            self._resume(role)
-            stamps["resumed"] = time.perf_counter()
+            go = {**prepare, "op": "go"} if ahead else {"op": "go"}
+            if self.go_first:  # queued while it is stopped: its restarted read finds it (GO_FIRST_ENV)
+                sent = time.perf_counter_ns()
+                wire.send_json(worker.conn, go)
+                self._resume(role)
+                stamps["resumed"] = time.perf_counter()
+            else:
+                self._resume(role)
+                stamps["resumed"] = time.perf_counter()
+                sent = time.perf_counter_ns()
+                wire.send_json(worker.conn, go)
             phases["rounds_write"] += stamps["resumed"] - t1
-            sent = time.perf_counter_ns()
-            wire.send_json(worker.conn, {**prepare, "op": "go"} if ahead else {"op": "go"})
             res: dict[str, Any] | None = None
             for r, call_what in progress or ():
-                msg = self._recv(worker, limit, call_what)
+                msg = self._recv(worker, limit, call_what, spin=True)
                 if msg.get("op") != "called" or _int(msg, "r") != r:
                     res = msg  # an error report ends the block; any other message is a bad reply
                     break
             if res is None:
-                res = self._recv(worker, limit, what)
+                res = self._recv(worker, limit, what, spin=True)
             go_ns = time.perf_counter_ns() - sent
             stamps["replied"] = time.perf_counter()
             phases["rounds_go"] += go_ns / 1e9  # a block's later calls' preparations are in here
             if self.prepare_ahead and res.get("op") in ("round", "block"):
                 t2 = time.perf_counter()
-                ahead_msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing the call after {what}")
+                ahead_msg = self._recv(worker, PREPARE_TIMEOUT_S, f"preparing the call after {what}", spin=True)
                 stamps["ahead"] = time.perf_counter()
                 phases["rounds_prepare"] += stamps["ahead"] - t2
                 self._note_prepared(ahead_msg, worker)
@@ -953,17 +994,20 @@ class Judge:
             self._stop(role)
         if self.trace is not None:
             stamps["final_stop"] = time.perf_counter()
-            self.trace.exchange(role, [plan.r for plan in plans], stamps, prepared, res, ahead_msg)
+            self.trace.exchange(role, [plan.r for plan in plans], stamps, prepared, res, ahead_msg, write_roles)
         return res, go_ns, warm_ns
 
-    def _run_call(self, role: str, plan: RoundPlan, limit: float) -> dict[str, Any]:
+    def _run_call(self, role: str, plan: RoundPlan, limit: float,
+                  write_roles: tuple[str, ...] | None = None) -> dict[str, Any]:
         """One timed call in one worker: prepare, then the inputs written, then go.
 
         The inputs of a round reach the worker's memory only after it has finished its own
         preparation (poisoning, L2 flush, synchronisation), right before the call starts, so no
-        code in the candidate's process sees them outside the timed call."""
+        code in the candidate's process sees them outside the timed call. ``write_roles``: as
+        ``_exchange`` takes it (ROUND_WRITE_ENV)."""
         worker = self.ref if role == REFERENCE else self.cand
-        res, go_ns, warm_ns = self._exchange(role, plan.calls[role].prepare, [plan], f"round {plan.r}", limit)
+        res, go_ns, warm_ns = self._exchange(role, plan.calls[role].prepare, [plan], f"round {plan.r}", limit,
+                                             write_roles=write_roles)
         res["j"] = go_ns  # the judge's own clock, never the worker's
         res["w"] = warm_ns  # the warm call before it, on the judge's clock (0: none)
         if res.get("op") != "round":
@@ -1187,12 +1231,15 @@ class Judge:
                 for plan in plans:
                     warm = plan.r < max(cfg.warmup_rounds, 1)
                     times: dict[str, dict[str, Any]] = {}
-                    for role in ((REFERENCE, CANDIDATE) if plan.first == REFERENCE else (CANDIDATE, REFERENCE)):
+                    order = (REFERENCE, CANDIDATE) if plan.first == REFERENCE else (CANDIDATE, REFERENCE)
+                    # ROUND_WRITE_ENV: both prepared ahead, so both workers' inputs go in the first exchange.
+                    one_write = self.round_write and not plan.warm_call and self._ready >= set(order)
+                    for k, role in enumerate(order):
                         limit = self._wait_bound(role)
                         if role == CANDIDATE and warm:
                             limit += allowance
                         t_step = time.monotonic()
-                        times[role] = self._run_call(role, plan, limit)
+                        times[role] = self._run_call(role, plan, limit, (order if k == 0 else ()) if one_write else None)
                         acc["rounds_exchange"] += time.monotonic() - t_step
                         acc["rounds_calls"] += times[role]["t"] / 1e9
                     t_ref, t_cand = times[REFERENCE]["t"], times[CANDIDATE]["t"]
@@ -1396,10 +1443,11 @@ class Judge:
             raise Verdicted(Verdict.INFRA_ERROR, f"the {worker.role} worker did not start ({type(err).__name__}): "
                             f"{worker.exit_description()}\n{worker.stderr_tail()}") from None
 
-    def _recv(self, worker: WorkerHandle, timeout: float, what: str) -> dict[str, Any]:
+    def _recv(self, worker: WorkerHandle, timeout: float, what: str, spin: bool = False) -> dict[str, Any]:
+        """One message from ``worker`` within ``timeout`` s (``spin``: the judge's spin first, JUDGE_SPIN_ENV)."""
         trusted = worker.role == REFERENCE
         try:
-            return wire.recv_json(worker.conn, timeout)
+            return wire.recv_json(worker.conn, timeout, self.spin_s if spin else 0.0)
         except TimeoutError:
             sandbox.kill_group(worker.proc)
             if trusted:
@@ -1427,7 +1475,9 @@ class Judge:
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
         notes = [ISOLATION_NOTE, *([BLOCK_NOTE] if self.block_rounds else []),
-                 *([WARM_NOTE] if self.config.warm_calls else [])]
+                 *([WARM_NOTE] if self.config.warm_calls else []),
+                 *([] if self.reference_poison else ["the reference worker's free memory not poisoned "
+                                                     f"({REFERENCE_POISON_ENV}=0; it runs no candidate code)"])]
         self.evidence.isolation = [*notes, *(x[:ISOLATION_NOTE_CHARS] for x in isolation[:16]), *self._cgroup_notes]
 
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
@@ -1443,6 +1493,22 @@ class Judge:
         self.evidence.phases_s["clocks"] = round(time.monotonic() - t_clocks, 4)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
                            detail=detail, evidence=self.evidence, task=self.task.name)
+
+
+def judge_spin_s(setting: str, device_type: str) -> float:
+    """The judge's spin before a blocking receive (JUDGE_SPIN_ENV), in seconds: the setting in
+    microseconds, or unset: DEFAULT_JUDGE_SPIN_US. On a GPU only: on a CPU the spinning judge would
+    take a core from the calls it times (an identical copy scored 0.35-0.78 that way on a 2-core
+    machine). A bad setting is an error the operator sees at once."""
+    if not setting.strip():
+        setting = str(DEFAULT_JUDGE_SPIN_US)
+    try:
+        us = float(setting)
+    except ValueError:
+        raise ValueError(f"{JUDGE_SPIN_ENV}={setting!r}: expected microseconds, e.g. 1000") from None
+    if not 0 <= us <= 1e6 or not math.isfinite(us):
+        raise ValueError(f"{JUDGE_SPIN_ENV}={setting!r}: expected 0 to 1000000 microseconds")
+    return us / 1e6 if device_type == "cuda" else 0.0
 
 
 def worker_cpu_cores(num_threads: int) -> int:

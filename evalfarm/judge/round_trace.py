@@ -11,7 +11,10 @@ call prepared ahead), ``write_us`` (inputs written and synchronised), ``resume_u
 the worker prepares ahead; ``final_stop_us``), the worker's own report of its parts (``poison_us``,
 ``quiet_us``, ``ahead_poison_us``, and per call ``pre_us`` (flush and synchronisation), ``call_us``,
 ``event_us``, ``post_us`` (output checks and copy)), and what the exchange was (``role``, ``rounds``, ``block``,
-``counted``: whether its times could be timing samples). Nothing is written during the rounds: the
+``counted``: whether its times could be timing samples; on a GPU with NVML, ``sm_mhz`` and
+``clock_reasons``, the SM clock and NVML's clock-event reasons read before the batch of rounds;
+``wrote``: whose inputs the judge wrote in
+it, where not just this worker's). Nothing is written during the rounds: the
 lines are kept in memory and written once, after the verdict.
 
 ``python scripts/round_trace_summary.py DIR`` prints the medians per step and role, and the
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -45,26 +49,37 @@ class RoundTrace:
         self.lines: list[dict[str, Any]] = []
         self._origin: float | None = None
         self.counted = True  # set by the judge: whether the rounds now run can be timing samples
+        # On a GPU, the judge's NVML reader (devices.nvml_clock_reader), read once per batch of rounds
+        # (sample_clock) and written into the batch's lines: the SM clock, and why it is not higher.
+        self.clock_reader: Callable[[], dict[str, int]] | None = None
+        self._clock: dict[str, int] = {}
 
     @classmethod
     def from_env(cls) -> RoundTrace | None:
         out_dir = os.environ.get(ROUND_TRACE_ENV, "")
         return cls(out_dir) if out_dir else None
 
+    def sample_clock(self) -> None:
+        """The device's clock now, for the lines of the exchanges that follow (between rounds only)."""
+        if self.clock_reader is not None:
+            self._clock = self.clock_reader()
+
     def exchange(self, role: str, rounds: list[int], stamps: dict[str, float], prepared: dict[str, Any],
-                 reply: dict[str, Any], ahead: dict[str, Any] | None = None) -> None:
+                 reply: dict[str, Any], ahead: dict[str, Any] | None = None,
+                 wrote: tuple[str, ...] | None = None) -> None:
         """One exchange: ``stamps`` are the judge's ``time.perf_counter()`` readings (``start``,
         ``warmed`` (only with a warm call), ``prepared`` (only with a "prepare" of its own),
         ``stopped``, ``quiet`` (the judge's own quiet-GPU wait, before a reference call prepared ahead),
         ``written``, ``resumed``, ``replied``, ``ahead`` (the next call prepared
         after the reply), ``final_stop``); ``prepared``, ``reply`` and ``ahead`` the worker's
-        messages."""
+        messages; ``wrote``: whose inputs the judge wrote in it, where not just this worker's
+        (judge.ROUND_WRITE_ENV)."""
         start = stamps["start"]
         if self._origin is None:
             self._origin = start
         line: dict[str, Any] = {
             "role": role, "rounds": rounds, "block": reply.get("op") == "block", "counted": self.counted,
-            "at_us": _us(start - self._origin),
+            "at_us": _us(start - self._origin), **self._clock,
         }
         def last(*names: str) -> str:  # the latest of these steps that happened
             return next((n for n in reversed(names) if n in stamps), names[0])
@@ -96,6 +111,8 @@ class RoundTrace:
         for key, values in parts.items():
             if values:
                 line[key] = values if len(values) > 1 else values[0]
+        if wrote is not None and wrote != (role,):
+            line["wrote"] = list(wrote)
         if reply.get("op") not in ("round", "block"):
             line["reply"] = str(reply.get("op"))
         self.lines.append(line)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import select
 import socket
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -37,9 +39,29 @@ def send_json(conn: Connection, msg: dict[str, Any]) -> None:
     conn.send_bytes(json.dumps(msg, allow_nan=True).encode())
 
 
-def recv_json(conn: Connection, timeout: float | None) -> dict[str, Any]:
-    """Wait up to timeout seconds for one JSON object; TimeoutError if none arrives."""
-    if timeout is not None and not conn.poll(max(timeout, 0.0)):
+def spin_until_readable(conn: Connection, spin_s: float) -> bool:
+    """Poll ``conn`` without sleeping for up to ``spin_s`` seconds: whether a frame has begun to
+    arrive. A reply that comes within the spin is read without the wake-up from a blocking wait."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    deadline = time.perf_counter() + spin_s
+    while not poller.poll(0):
+        if time.perf_counter() >= deadline:
+            return False
+    return True
+
+
+def recv_json(conn: Connection, timeout: float | None, spin_s: float = 0.0) -> dict[str, Any]:
+    """Wait up to timeout seconds for one JSON object; TimeoutError if none arrives. ``spin_s``:
+    the first part of the wait (at most the timeout) polls without sleeping."""
+    spun = 0.0
+    if spin_s > 0:
+        spin_s = spin_s if timeout is None else min(spin_s, max(timeout, 0.0))
+        t0 = time.perf_counter()
+        if spin_until_readable(conn, spin_s):
+            timeout = None  # a frame is there: read it
+        spun = time.perf_counter() - t0
+    if timeout is not None and not conn.poll(max(timeout - spun, 0.0)):
         raise TimeoutError
     try:
         data = conn.recv_bytes(MAX_FRAME_BYTES)
