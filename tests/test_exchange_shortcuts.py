@@ -224,16 +224,19 @@ def test_no_reply_times_out_at_the_timeout_whatever_the_spin(pair, spin_s):
     assert 0.15 <= time.monotonic() - start < 0.6
 
 
-def test_the_reference_can_skip_its_poisoning_and_the_evidence_says_so(monkeypatch, tmp_path, task, data_dir,
-                                                                       build_pool):
-    """REFERENCE_POISON_ENV=0 turns off the reference worker's poisoning only: here the candidate's is
-    on (POISON_ENV=1, a CPU's heap poisoner), and its preparation still reports its poisoning time."""
+def test_the_reference_skips_its_poisoning_unless_asked_and_the_evidence_says_so(monkeypatch, tmp_path, task, data_dir,
+                                                                                build_pool):
+    """By default the reference worker, which runs no candidate code, does not poison its free memory;
+    REFERENCE_POISON_ENV=1 makes it. The candidate's poisoning is the operator's POISON_ENV either way
+    (here 1, a CPU's heap poisoner), and the evidence names both."""
     monkeypatch.setenv("EVALFARM_WORKER_POISON", "1")
-    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(str(data_dir / "cand_same.py")), build_pool,
-                       {REFERENCE_POISON_ENV: "0"})
+    r, _ = _traced(monkeypatch, tmp_path, task, as_candidate(str(data_dir / "cand_same.py")), build_pool, {})
     assert r.verdict is Verdict.OK, r.detail
-    assert any(REFERENCE_POISON_ENV in note for note in r.evidence.isolation), r.evidence.isolation
+    assert any("reference worker's free memory not poisoned" in note for note in r.evidence.isolation), \
+        r.evidence.isolation
     assert any("free memory poisoned" in note for note in r.evidence.isolation), r.evidence.isolation
     (tmp_path / "on").mkdir()
-    r2, _ = _traced(monkeypatch, tmp_path / "on", task, as_candidate(str(data_dir / "cand_same.py")), build_pool, {})
-    assert not any(REFERENCE_POISON_ENV in note for note in r2.evidence.isolation)
+    r2, _ = _traced(monkeypatch, tmp_path / "on", task, as_candidate(str(data_dir / "cand_same.py")), build_pool,
+                    {REFERENCE_POISON_ENV: "1"})
+    assert r2.verdict is Verdict.OK, r2.detail
+    assert not any("reference worker's free memory" in note for note in r2.evidence.isolation)

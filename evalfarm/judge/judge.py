@@ -121,8 +121,9 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 # * ROUND_WRITE_ENV (on unless "0"): where both workers prepared ahead, a lone round's inputs are
 #   written into both workers' slots at once, in its first exchange (one switch of the device to
 #   the judge's context and one synchronisation fewer per round);
-# * REFERENCE_POISON_ENV ("0"): the reference worker, which runs no candidate code, skips the
-#   free-memory poisoning in its preparation (the candidate's is the operator's POISON_ENV, as before).
+# * REFERENCE_POISON_ENV (off unless "1"): the reference worker, which runs no candidate code, skips
+#   the free-memory poisoning in its preparation (the candidate's is the operator's POISON_ENV, as
+#   before); "1" poisons there too.
 GO_FIRST_ENV = "EVALFARM_GO_FIRST"
 REFERENCE_POISON_ENV = "EVALFARM_REFERENCE_POISON"
 DEFAULT_JUDGE_SPIN_US = 2000
@@ -484,7 +485,7 @@ class Judge:
         self.prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
         self.go_first = os.environ.get(GO_FIRST_ENV, "1") != "0"
         self.round_write = self.prepare_ahead and os.environ.get(ROUND_WRITE_ENV, "1") != "0"
-        self.reference_poison = os.environ.get(REFERENCE_POISON_ENV, "1") != "0"
+        self.reference_poison = os.environ.get(REFERENCE_POISON_ENV, "0") == "1"
         self.spin_s = judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), self.device.type)
         self._ready: set[str] = set()  # workers that prepared their next call after their last reply
         self._quiet_probe: QuietProbe | None = None  # the judge's own (_judge_waits_quiet), GPU only
@@ -1477,7 +1478,7 @@ class Judge:
         notes = [ISOLATION_NOTE, *([BLOCK_NOTE] if self.block_rounds else []),
                  *([WARM_NOTE] if self.config.warm_calls else []),
                  *([] if self.reference_poison else ["the reference worker's free memory not poisoned "
-                                                     f"({REFERENCE_POISON_ENV}=0; it runs no candidate code)"])]
+                                                     f"(it runs no candidate code; {REFERENCE_POISON_ENV}=1 does)"])]
         self.evidence.isolation = [*notes, *(x[:ISOLATION_NOTE_CHARS] for x in isolation[:16]), *self._cgroup_notes]
 
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:

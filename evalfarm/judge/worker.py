@@ -213,7 +213,7 @@ class Worker:
         # Bound now, before any task or candidate code runs.
         self._poison, poison_note = make_poisoner(device.type, os.environ.get(POISON_ENV, "auto"), torch)
         if self.role == REFERENCE and init.get("poison") is False:  # judge.REFERENCE_POISON_ENV: no candidate code here
-            self._poison, poison_note = None, "free memory not poisoned in the reference worker (EVALFARM_REFERENCE_POISON=0)"
+            self._poison, poison_note = None, "free memory not poisoned in the reference worker (it runs no candidate code)"
         self.isolation.append(poison_note)
         set_clean_state(init["num_threads"])
         torch.set_grad_enabled(False)
