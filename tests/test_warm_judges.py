@@ -342,3 +342,20 @@ def test_without_a_start_up_every_round_after_the_warm_up_is_timed(task, data_di
     assert r.verdict is Verdict.OK, r.detail
     assert r.evidence.timing.set_aside_rounds == 0
     assert r.evidence.phases_s["held_for_standby"] == 0.0
+
+
+def test_a_standby_warms_its_host_only_where_the_operator_asks(monkeypatch):
+    """META_WARMUP_ENV: off by default (a standby taken during the warm-up shares its interpreter
+    with the evaluation's rounds); "1" runs warm_host after the standby announced itself ready."""
+    import threading
+
+    from evalfarm.judge import judge as judge_mod
+
+    ran = threading.Event()
+    monkeypatch.setattr(judge_mod, "warm_meta", ran.set)
+    for setting in ("", "0", "yes"):
+        assert judge_mod.host_warm_up("cuda", setting) is None
+    warm_up = judge_mod.host_warm_up("cuda", "1")
+    thread = warm_up()
+    thread.join(10)
+    assert ran.is_set()

@@ -127,6 +127,12 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 GO_FIRST_ENV = "EVALFARM_GO_FIRST"
 REFERENCE_POISON_ENV = "EVALFARM_REFERENCE_POISON"
 DEFAULT_JUDGE_SPIN_US = 2000
+# A standby judge's host warm-up (warm_host: PyTorch's meta kernels, which import torch._dynamo, 5-7 s
+# of one core on the GPU hosts) only where this is "1". Off by default: a standby taken while it
+# runs shares its interpreter with the evaluation's rounds (in one daemon stream on an H200, the
+# evaluations whose judge was 5-6 s old spent 6.9-9.4 s on correctness against 2.5-4.6 s), and the
+# meta pass it pays for is needed only by the first judge of a task (evalfarm.judge.task_facts).
+META_WARMUP_ENV = "EVALFARM_STANDBY_META_WARMUP"
 JUDGE_SPIN_ENV = "EVALFARM_JUDGE_SPIN_US"
 ROUND_WRITE_ENV = "EVALFARM_ROUND_WRITE"
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
@@ -390,6 +396,12 @@ def warm_host(device: str) -> threading.Thread | None:
     thread = threading.Thread(target=run, name="evalfarm-meta-warm-up", daemon=True)
     thread.start()
     return thread
+
+
+def host_warm_up(device: str, setting: str) -> Any:
+    """What a standby runs once it has announced itself ready: ``warm_host`` where the operator
+    asked for it (META_WARMUP_ENV "1"), else nothing (None)."""
+    return (lambda: warm_host(device)) if setting.strip() == "1" else None
 
 
 def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float,
@@ -1681,7 +1693,8 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
     note = warm_device(args.device)
     if note:
         hardening = [*hardening, note]
-    request = wait_for_request(conn, started, args.request_timeout, lambda: warm_host(args.device))
+    request = wait_for_request(conn, started, args.request_timeout,
+                               host_warm_up(args.device, os.environ.get(META_WARMUP_ENV, "")))
     if request is None:
         # A standby nobody took, an owner that went away, or a worker that died: nothing to report.
         if started is not None:
