@@ -14,6 +14,7 @@ from evalfarm.judge.judge import (
     EXCHANGE_SLACK_FRACTION,
     EXCHANGE_SLACK_NS,
     PRE_CALL_SLACK_NS,
+    clock_behind_events,
     exchange_charge_ns,
     pre_call_charge_ns,
 )
@@ -105,3 +106,30 @@ def test_the_exchange_charge_setting_crosses_the_wire_unset_true_or_false():
         assert msg.HasField("charge_exchange") is (value is not None)
         assert config_from_pb(msg, "cuda").charge_exchange is value
     assert config_from_pb(options_to_pb(ScoreConfig(device="cpu")), "cuda").exchange_charged is True
+
+
+# --- the candidate's clock against the CUDA events recorded inside its calls -------------------
+
+
+def test_an_honest_calls_clock_encloses_its_events():
+    # 150 us by the clock around the call, 145 us between the events inside it (an H200's L2/8 fast)
+    assert clock_behind_events([(150_000, 145.0)] * 50) == ""
+    # events a little ahead of the clock (the first event's launch), within the slack
+    assert clock_behind_events([(100_000, 115.0)] * 50) == ""
+    # a long call: within the share of its event time
+    assert clock_behind_events([(1_000_000, 1_080.0)] * 50) == ""
+    assert clock_behind_events([]) == ""
+
+
+def test_a_clock_that_runs_behind_the_events_is_tampering():
+    # a patched harness clock: 1 us per call by the clock, 30 us by the events
+    reason = clock_behind_events([(1_000, 30.0)] * 100)
+    assert "tampered" in reason and "30.0 us by CUDA events" in reason and "100 timed rounds" in reason
+    # slowed rather than stopped: half the real time
+    assert clock_behind_events([(200_000, 400.0)] * 100)
+
+
+def test_the_clock_check_goes_by_the_median_round():
+    honest, odd = (150_000, 145.0), (1_000, 400.0)
+    assert clock_behind_events([honest] * 60 + [odd] * 40) == ""  # a minority of odd rounds: not decided by them
+    assert clock_behind_events([honest] * 40 + [odd] * 60)

@@ -153,6 +153,11 @@ QUIET_NOTE_S = 2e-3
 # its stream (and 50 us more) is noted: work on another stream or the host. A side stream doing the
 # whole job measured 2.6x on an H100; an honest kernel is near 1.
 EVENT_WALL_GAP_NOTE = 2.0
+# A synchronised call's time by the worker's clock encloses the CUDA events recorded inside it on its
+# stream: where the candidate's calls (median of the rounds' differences) took more by events than
+# by the clock, beyond this slack (and this share of the event time), the clock was tampered with.
+CLOCK_BEHIND_EVENTS_SLACK_US = 20.0
+CLOCK_BEHIND_EVENTS_FRACTION = 0.1
 # The input index of the profiled call (--profile): never one of the rounds' (0, 1, ...) or the
 # judge's own set-up calls (-1, -2, -3), so it is fresh to the candidate.
 PROFILE_INPUT_INDEX = -4
@@ -1205,6 +1210,7 @@ class Judge:
         untimed_cand_all: list[int] = []
         charge = pre_charge = exchange_charge = exchange_excess = 0
         e_ref_all: list[float] = []
+        clock_pairs: list[tuple[int, float]] = []  # per timed round: the candidate's call ns and event us
         e_cand_all: list[float] = []
         self.quiet_waits: list[float] = []
         worst = Comparison(ok=True)
@@ -1303,6 +1309,7 @@ class Judge:
                     if isinstance(e_ref, int | float) and isinstance(e_cand, int | float):
                         e_ref_all.append(float(e_ref))
                         e_cand_all.append(float(e_cand))
+                        clock_pairs.append((t_cand, float(e_cand)))
             r += len(plans)
             if r < n_correct:
                 continue
@@ -1336,6 +1343,7 @@ class Judge:
             if d.discard:
                 remeasured += 1
                 t_ref_all, t_cand_all, pre_ref_all, pre_cand_all, e_ref_all, e_cand_all = [], [], [], [], [], []
+                clock_pairs = []
                 untimed_ref_all, untimed_cand_all = [], []
                 warm_call_rounds = 0  # of the samples kept, as rounds is
                 continue
@@ -1394,6 +1402,9 @@ class Judge:
                         "device-synchronised clock than by CUDA events on the current stream (work on other "
                         "streams or the host); the score uses the synchronised clock")
         self.evidence.timing = timing
+        behind = clock_behind_events(clock_pairs)
+        if behind:
+            raise Verdicted(Verdict.HACK_DETECTED, f"guard clock_behind_events: {behind}")
         if self.device.type == "cuda":
             self._physical_floor_gate(timing)
         if not stable:
@@ -1506,6 +1517,24 @@ class Judge:
         self.evidence.phases_s["clocks"] = round(time.monotonic() - t_clocks, 4)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
                            detail=detail, evidence=self.evidence, task=self.task.name)
+
+
+def clock_behind_events(pairs: list[tuple[int, float]]) -> str:
+    """Why the candidate's clock cannot be right, or "": ``pairs`` are its timed rounds' (call ns by
+    the worker's clock, CUDA-event us on its stream). The events are recorded inside the timed,
+    synchronised call, so the GPU's interval between them cannot exceed the call by more than the
+    event's launch; a median excess beyond CLOCK_BEHIND_EVENTS_SLACK_US (and _FRACTION of the event
+    time) means the worker's clock was slowed or replaced (a patched harness clock, say)."""
+    if not pairs:
+        return ""
+    excess = statistics.median(e_us - t_ns / 1e3 for t_ns, e_us in pairs)
+    event = statistics.median(e_us for _, e_us in pairs)
+    if excess <= max(CLOCK_BEHIND_EVENTS_SLACK_US, CLOCK_BEHIND_EVENTS_FRACTION * event):
+        return ""
+    clock = statistics.median(t_ns / 1e3 for t_ns, _ in pairs)
+    return (f"the candidate's calls took {event:.1f} us by CUDA events on their own stream but {clock:.1f} us by the "
+            f"worker's clock around them (median; {excess:.1f} us behind over {len(pairs)} timed rounds): a call "
+            "cannot take less time than the work it recorded inside it, so the worker's clock was tampered with")
 
 
 def judge_spin_s(setting: str, device_type: str) -> float:

@@ -38,3 +38,22 @@ def test_stale_reference_temporary_never_reaches_the_candidate_on_cuda(build_poo
     assert "free memory not poisoned: EVALFARM_WORKER_POISON=0" in r.evidence.isolation
     assert reused == 0, f"the candidate found a finished x @ w in fresh memory in {reused} of {calls} calls"
     assert r.verdict is Verdict.OK, r.detail
+
+
+def test_a_patched_harness_clock_is_caught_by_the_events_inside_its_calls(data_dir, build_pool):
+    # The worker's clock replaced by one that barely moves: every call reports 1 us. At task_scale's
+    # own size the real call is shorter than the exchange charge's noise allowance, so the judge's
+    # clock alone let it through (141x on an H200, static rules off). The CUDA events recorded
+    # inside each call on its stream still see the real work: the clock cannot be behind them.
+    from attack_scoring import score_attack
+
+    from evalfarm.scoring import as_task
+
+    task = as_task(str(data_dir / "task_scale.py"))
+    attack = data_dir.parent / "adversarial" / "runtime" / "harness_clock_patch.py"
+    r = score_attack(task, attack, build_pool, CFG)
+    assert r.verdict is Verdict.HACK_DETECTED, (r.verdict, r.speedup, r.detail)
+    assert r.detail.startswith("guard clock_behind_events:"), r.detail
+    # The honest twin of the same task is not.
+    honest = score_attack(task, data_dir / "cand_same.py", build_pool, CFG)
+    assert honest.verdict is Verdict.OK, (honest.verdict, honest.detail)
