@@ -32,7 +32,14 @@ call then needs no "prepare" exchange of its own, and its round goes with "go" (
 itself waits for a quiet GPU before it writes a reference call's inputs, evalfarm.judge.quiet).
 That saves a round trip, two stop/continue signals and, on a GPU, a switch of the device to the
 worker's context and back per call; the order of what happens in the worker's process, and what it
-can see when, is unchanged (the worker is stopped in between).
+can see when, is unchanged (the worker is stopped in between). Shorter still, each the operator's
+switch (GO_FIRST_ENV, JUDGE_SPIN_ENV, ROUND_WRITE_ENV, REFERENCE_POISON_ENV): the "go" queued before
+the worker continues, the judge spinning briefly for replies on a GPU, a lone round's inputs written
+into both (prepared, stopped) workers at once, and no poisoning in the reference worker.
+
+On a GPU the candidate's clock is also checked against the CUDA events its worker records inside
+each timed call (``clock_behind_events``): a call cannot take less by the clock around it than by
+the events within it, so a median round behind its events means a tampered clock (HACK_DETECTED).
 
 Correctness blocks (``ScoreConfig.correctness_block``, on by default): the correctness rounds
 after the warm-up run a batch at a time, one exchange per worker per batch (``Judge._run_block``)

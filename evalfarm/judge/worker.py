@@ -11,9 +11,10 @@ Started by the judge as ``python -m evalfarm.judge.worker FD``. Every evaluation
   the reference's outputs or the verdict, and the judge stops its whole process group
   (SIGSTOP) whenever its own call is not under way (the reference's too, for symmetry).
 
-Both time each whole call with the same code (free memory poisoned, persisting L2 lines
-demoted, the L2 flushed, a device-wide synchronisation on each side of the call), so the
-protocol is the same for both and the judge pairs their times round by round. Each call is two
+Both time each whole call with the same code (persisting L2 lines demoted, the L2 flushed, a
+device-wide synchronisation on each side of the call; the candidate's free memory poisoned, the
+reference's too where the judge asks, judge.REFERENCE_POISON_ENV), so the protocol is the same for
+both and the judge pairs their times round by round. Each call is two
 steps: ``prepare`` (poison, demote, synchronise; on the reference's side on a GPU, wait until no
 other work runs on the device), after which the judge writes the call's inputs, and ``go``
 (flush, synchronise, call). The flush-and-synchronise before the call is the one moment the
