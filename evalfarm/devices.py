@@ -214,11 +214,9 @@ def _dram_peak(nv: Any, uuid: str | None, pci: tuple[int, int, int] | None) -> D
     return DramPeak(peak_dram_bytes_s(clock, width), clock, width, note=how)
 
 
-def nvml_clock_reader(uuid: str | None, pci: tuple[int, int, int] | None,
-                      nvml: Any = None) -> Callable[[], dict[str, int]] | None:
-    """A reader of the device's SM clock right now and why it is not higher (NVML's clock-event
-    reasons, a bit mask), NVML kept open for the process: ``{"sm_mhz": .., "clock_reasons": ..}``.
-    None when NVML is not there or cannot surely find the device. A diagnostic (the round trace)."""
+def _nvml_device(uuid: str | None, pci: tuple[int, int, int] | None, nvml: Any) -> tuple[Any, Any] | None:
+    """(NVML, the runtime's device handle), NVML initialised; None when NVML is not installed, does
+    not start, or cannot surely find the device (NVML shut down again then)."""
     if nvml is None:
         try:
             import pynvml as nvml
@@ -228,15 +226,38 @@ def nvml_clock_reader(uuid: str | None, pci: tuple[int, int, int] | None,
         return None
     try:
         nvml.nvmlInit()
-        handle, _how = _device_handle(nvml, uuid, pci)
-    except Exception:  # noqa: BLE001 - NVMLError, _NoHandle: no reader
+    except Exception:  # noqa: BLE001 - NVMLError and friends: no NVML here
         return None
-    reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-               or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+    try:
+        handle, _how = _device_handle(nvml, uuid, pci)
+    except Exception:  # noqa: BLE001 - _NoHandle, NVMLError
+        _nvml_shutdown(nvml)
+        return None
+    return nvml, handle
+
+
+def _nvml_shutdown(nvml: Any) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def nvml_clock_reader(uuid: str | None, pci: tuple[int, int, int] | None,
+                      nvml: Any = None) -> Callable[[], dict[str, int]] | None:
+    """A reader of the device's SM clock right now and why it is not higher (NVML's clock-event
+    reasons, a bit mask), NVML kept open for the process: ``{"sm_mhz": .., "clock_reasons": ..}``.
+    None when NVML is not there or cannot surely find the device. A diagnostic (the round trace)."""
+    opened = _nvml_device(uuid, pci, nvml)
+    if opened is None:
+        return None
+    nv, handle = opened
+    reasons = (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+               or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
 
     def read() -> dict[str, int]:
         try:
-            out = {"sm_mhz": int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))}
+            out = {"sm_mhz": int(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM))}
             if reasons is not None:
                 out["clock_reasons"] = int(reasons(handle))
             return out
@@ -251,30 +272,19 @@ def nvml_clocks(uuid: str | None, pci: tuple[int, int, int] | None, nvml: Any = 
     (milliseconds; an ``nvidia-smi`` subprocess costs seconds on some hosts): ``sm_mhz``,
     ``mem_mhz``, ``max_sm_mhz``, ``temp_c``, ``power_w`` as strings, as ``nvidia-smi`` prints them.
     None when NVML is not installed, does not start, or cannot surely find the device."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            return None
-    if not uuid and pci is None:
+    opened = _nvml_device(uuid, pci, nvml)
+    if opened is None:
         return None
+    nv, handle = opened
     try:
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVMLError and friends: no NVML here
-        return None
-    try:
-        handle, _how = _device_handle(nvml, uuid, pci)
         return {
-            "sm_mhz": str(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))),
-            "mem_mhz": str(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))),
-            "max_sm_mhz": str(int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))),
-            "temp_c": str(int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))),
-            "power_w": f"{nvml.nvmlDeviceGetPowerUsage(handle) / 1000:.2f}",
+            "sm_mhz": str(int(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM))),
+            "mem_mhz": str(int(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM))),
+            "max_sm_mhz": str(int(nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM))),
+            "temp_c": str(int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))),
+            "power_w": f"{nv.nvmlDeviceGetPowerUsage(handle) / 1000:.2f}",
         }
-    except Exception:  # noqa: BLE001 - _NoHandle, NVMLError: the caller falls back
+    except Exception:  # noqa: BLE001 - NVMLError: the caller falls back
         return None
     finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+        _nvml_shutdown(nv)

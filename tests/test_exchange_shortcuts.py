@@ -29,25 +29,6 @@ from evalfarm.scoring import as_candidate, as_task, score
 QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False)
 SWITCHES = (GO_FIRST_ENV, JUDGE_SPIN_ENV, ROUND_WRITE_ENV, PREPARE_AHEAD_ENV, REFERENCE_POISON_ENV)
 
-# Right for its first 12 calls, then off by one: caught in correctness whichever switches are on.
-WRONG_LATER = """
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, scale):
-        super().__init__()
-        self.scale = scale
-        self.bias = nn.Parameter(torch.randn(8192))
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        y = torch.relu(x) * self.scale + self.bias
-        return y + 1.0 if self.calls > 12 else y
-"""
-
 
 def _traced(monkeypatch, tmp_path, task, candidate, build_pool, env: dict[str, str], **changes):
     monkeypatch.setenv(ROUND_TRACE_ENV, str(tmp_path))
@@ -116,8 +97,10 @@ def test_round_write_needs_preparation_ahead(monkeypatch, tmp_path, task, data_d
 @pytest.mark.parametrize("env", [{GO_FIRST_ENV: "0"}, {ROUND_WRITE_ENV: "0"}, {},
                                  {ROUND_WRITE_ENV: "0", GO_FIRST_ENV: "0"}],
                          ids=["round-write", "go-first", "both (the default)", "neither"])
-def test_a_candidate_wrong_after_its_first_calls_is_still_caught(monkeypatch, tmp_path, task, build_pool, env):
-    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(WRONG_LATER), build_pool, env,
+def test_a_candidate_wrong_after_its_first_calls_is_still_caught(monkeypatch, tmp_path, task, data_dir, build_pool,
+                                                                 env):
+    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(str(data_dir / "cand_wrong_after_12.py")), build_pool,
+                       env,
                        correctness_block=False)
     assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
     # It went wrong in a lone call prepared ahead: the path the switches change.
@@ -148,16 +131,20 @@ def test_on_a_gpu_every_switch_on_an_identical_copy_scores_one(monkeypatch, tmp_
     assert 0.97 <= r.speedup <= 1.03, t
 
 
-HANGS_LATER = WRONG_LATER.replace("return y + 1.0 if self.calls > 12 else y", """if self.calls > 12:
+def _hangs_after_12(data_dir) -> str:
+    return (data_dir / "cand_wrong_after_12.py").read_text().replace("return y + 1.0 if self.calls > 12 else y", """if self.calls > 12:
             import time
             while True:
                 time.sleep(0.1)
         return y""")
 
 
-def test_a_call_that_hangs_in_a_round_written_ahead_is_still_ended_at_its_bound(monkeypatch, tmp_path, task, build_pool):
+def test_a_call_that_hangs_in_a_round_written_ahead_is_still_ended_at_its_bound(monkeypatch, tmp_path, task, data_dir,
+                                                                              build_pool):
     start = time.monotonic()
-    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(HANGS_LATER), build_pool,
+    hangs = _hangs_after_12(data_dir)
+    assert "while True" in hangs
+    r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(hangs), build_pool,
                        {GO_FIRST_ENV: "1", ROUND_WRITE_ENV: "1"}, correctness_block=False,
                        min_call_timeout_s=1.0, first_call_timeout_s=2.0)
     assert r.verdict is Verdict.TIMEOUT, (r.verdict, r.detail)

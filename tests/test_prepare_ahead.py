@@ -68,24 +68,8 @@ def test_warm_calls_still_prepare_after_their_warm_call(monkeypatch, tmp_path, t
     assert r.evidence.timing.warm_call_rounds > 0
 
 
-def test_wrong_outputs_are_still_caught_with_calls_prepared_ahead(monkeypatch, tmp_path, task, build_pool):
-    wrong = """
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, scale):
-        super().__init__()
-        self.scale = scale
-        self.bias = nn.Parameter(torch.randn(8192))
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        y = torch.relu(x) * self.scale + self.bias
-        return y + 1.0 if self.calls > 12 else y
-"""
+def test_wrong_outputs_are_still_caught_with_calls_prepared_ahead(monkeypatch, tmp_path, task, data_dir, build_pool):
+    wrong = str(data_dir / "cand_wrong_after_12.py")
     r, lines = _traced(monkeypatch, tmp_path, task, as_candidate(wrong), build_pool, None, correctness_block=False)
     assert r.verdict is Verdict.INCORRECT, (r.verdict, r.detail)
     assert any("ahead_us" in x and "prepare_us" not in x for x in lines if x["role"] == "candidate")
