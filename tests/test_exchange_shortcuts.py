@@ -4,13 +4,13 @@ ROUND_WRITE_ENV, on by default; REFERENCE_POISON_ENV): what each changes in the 
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
 from multiprocessing.connection import Connection
 
 import pytest
+from traced_scoring import traced_score
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge import wire
@@ -23,22 +23,13 @@ from evalfarm.judge.judge import (
     ROUND_WRITE_ENV,
     judge_spin_s,
 )
-from evalfarm.judge.round_trace import ROUND_TRACE_ENV
-from evalfarm.scoring import as_candidate, as_task, score
+from evalfarm.scoring import as_candidate, as_task
 
 QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False)
-SWITCHES = (GO_FIRST_ENV, JUDGE_SPIN_ENV, ROUND_WRITE_ENV, PREPARE_AHEAD_ENV, REFERENCE_POISON_ENV)
 
 
 def _traced(monkeypatch, tmp_path, task, candidate, build_pool, env: dict[str, str], **changes):
-    monkeypatch.setenv(ROUND_TRACE_ENV, str(tmp_path))
-    for name in SWITCHES:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    r = score(task, candidate, QUICK.replace(**changes), build_pool=build_pool)
-    (path,) = tmp_path.glob("rounds-*.jsonl")
-    return r, [json.loads(x) for x in path.read_text().splitlines()]
+    return traced_score(monkeypatch, tmp_path, task, candidate, build_pool, QUICK.replace(**changes), env)
 
 
 @pytest.fixture(scope="module")

@@ -7,27 +7,19 @@ always begins with its own "prepare"."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from traced_scoring import traced_score
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge.judge import PREPARE_AHEAD_ENV
-from evalfarm.judge.round_trace import ROUND_TRACE_ENV
-from evalfarm.scoring import as_candidate, as_task, score
+from evalfarm.scoring import as_candidate, as_task
 
 QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False)
 
 
 def _traced(monkeypatch, tmp_path, task, candidate, build_pool, ahead: str | None, **changes):
-    monkeypatch.setenv(ROUND_TRACE_ENV, str(tmp_path))
-    if ahead is None:
-        monkeypatch.delenv(PREPARE_AHEAD_ENV, raising=False)
-    else:
-        monkeypatch.setenv(PREPARE_AHEAD_ENV, ahead)
-    r = score(task, candidate, QUICK.replace(**changes), build_pool=build_pool)
-    (path,) = tmp_path.glob("rounds-*.jsonl")
-    return r, [json.loads(x) for x in path.read_text().splitlines()]
+    env = {} if ahead is None else {PREPARE_AHEAD_ENV: ahead}
+    return traced_score(monkeypatch, tmp_path, task, candidate, build_pool, QUICK.replace(**changes), env)
 
 
 @pytest.fixture(scope="module")
