@@ -987,10 +987,12 @@ class Judge:
             stamps["written"] = time.perf_counter()
             go = {**prepare, "op": "go"} if ahead else {"op": "go"}
             if self.go_first:  # queued while it is stopped: its restarted read finds it (GO_FIRST_ENV)
+                # The go step starts here, so its SIGCONT is inside it (the call may start before
+                # the signal's system call returns): "resumed" marks where the write step ends.
+                stamps["resumed"] = time.perf_counter()
                 sent = time.perf_counter_ns()
                 wire.send_json(worker.conn, go)
                 self._resume(role)
-                stamps["resumed"] = time.perf_counter()
             else:
                 self._resume(role)
                 stamps["resumed"] = time.perf_counter()

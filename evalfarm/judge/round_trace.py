@@ -7,7 +7,8 @@ it began, from the first exchange; ``warm_us``: prepare sent to "warmed" read, w
 asked for an untimed warm call; ``prepare_us``: then to "prepared" read, where the exchange began
 with a "prepare"; ``stop_us``, ``judge_quiet_us`` (the judge's own quiet-GPU wait before a reference
 call prepared ahead), ``write_us`` (inputs written and synchronised), ``resume_us``;
-``go_us``: go sent to the reply read; ``ahead_us``: then to the next call's "prepared" read, where
+``go_us``: go sent to the reply read (with the go queued first, judge.GO_FIRST_ENV, the SIGCONT
+after it is in here, and ``resume_us`` is the step's start only); ``ahead_us``: then to the next call's "prepared" read, where
 the worker prepares ahead; ``final_stop_us``), the worker's own report of its parts (``poison_us``,
 ``quiet_us``, ``ahead_poison_us``, and per call ``pre_us`` (flush and synchronisation), ``call_us``,
 ``event_us``, ``post_us`` (output checks and copy)), and what the exchange was (``role``, ``rounds``, ``block``,
