@@ -136,9 +136,9 @@ REFERENCE_POISON_ENV = "EVALFARM_REFERENCE_POISON"
 DEFAULT_JUDGE_SPIN_US = 2000
 # A standby judge's host warm-up (warm_host: PyTorch's meta kernels, which import torch._dynamo, 5-7 s
 # of one core on the GPU hosts) only where this is "1". Off by default: a standby taken while it
-# runs shares its interpreter with the evaluation's rounds (in one daemon stream on an H200, the
-# evaluations whose judge was 5-6 s old spent 6.9-9.4 s on correctness against 2.5-4.6 s), and the
-# meta pass it pays for is needed only by the first judge of a task (evalfarm.judge.task_facts).
+# runs shares its interpreter with the evaluation's rounds (docs/benchmarks.md, "Shortening the
+# exchange": such evaluations spent up to twice as long on correctness on an H200), and the meta
+# pass it pays for is needed only by the first judge of a task (evalfarm.judge.task_facts).
 META_WARMUP_ENV = "EVALFARM_STANDBY_META_WARMUP"
 JUDGE_SPIN_ENV = "EVALFARM_JUDGE_SPIN_US"
 ROUND_WRITE_ENV = "EVALFARM_ROUND_WRITE"
