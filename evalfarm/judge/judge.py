@@ -132,6 +132,8 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 #   the free-memory poisoning in its preparation (the candidate's is the operator's POISON_ENV, as
 #   before); "1" poisons there too.
 GO_FIRST_ENV = "EVALFARM_GO_FIRST"
+JUDGE_SPIN_ENV = "EVALFARM_JUDGE_SPIN_US"
+ROUND_WRITE_ENV = "EVALFARM_ROUND_WRITE"
 REFERENCE_POISON_ENV = "EVALFARM_REFERENCE_POISON"
 DEFAULT_JUDGE_SPIN_US = 2000
 # A standby judge's host warm-up (warm_host: PyTorch's meta kernels, which import torch._dynamo, 5-7 s
@@ -140,8 +142,6 @@ DEFAULT_JUDGE_SPIN_US = 2000
 # exchange": such evaluations spent up to twice as long on correctness on an H200), and the meta
 # pass it pays for is needed only by the first judge of a task (evalfarm.judge.task_facts).
 META_WARMUP_ENV = "EVALFARM_STANDBY_META_WARMUP"
-JUDGE_SPIN_ENV = "EVALFARM_JUDGE_SPIN_US"
-ROUND_WRITE_ENV = "EVALFARM_ROUND_WRITE"
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
 # side waiting for a quiet GPU) is bounded by this.
 PREPARE_TIMEOUT_S = 60.0
@@ -1485,8 +1485,8 @@ class Judge:
             sandbox.kill_group(worker.proc)
             if trusted:
                 raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker did not finish {what} within "
-                                f"{timeout:.1f} s") from None
-            raise Verdicted(Verdict.TIMEOUT, f"the candidate did not finish {what} within {timeout:.1f} s") from None
+                                f"{timeout:.3g} s") from None
+            raise Verdicted(Verdict.TIMEOUT, f"the candidate did not finish {what} within {timeout:.3g} s") from None
         except wire.PeerClosed:
             desc = worker.exit_description()
             oom = worker.oom_note()

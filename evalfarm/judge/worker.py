@@ -212,9 +212,10 @@ class Worker:
         else:
             self._sync = lambda: None
         # Bound now, before any task or candidate code runs.
-        self._poison, poison_note = make_poisoner(device.type, os.environ.get(POISON_ENV, "auto"), torch)
         if self.role == REFERENCE and init.get("poison") is False:  # judge.REFERENCE_POISON_ENV: no candidate code here
             self._poison, poison_note = None, "free memory not poisoned in the reference worker (it runs no candidate code)"
+        else:
+            self._poison, poison_note = make_poisoner(device.type, os.environ.get(POISON_ENV, "auto"), torch)
         self.isolation.append(poison_note)
         set_clean_state(init["num_threads"])
         torch.set_grad_enabled(False)
