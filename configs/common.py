@@ -16,6 +16,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.stages = "sft,selfsup,rl"  # any subset, run in this order; each starts from the previous one
     c.init_from = ""  # first stage's start: "" = the initial policy, or a stage checkpoint dir
     c.resume_force = False  # resume even when the recorded config.json conflicts (see docs/training.md)
+    c.jax_cache_dir = ""  # JAX's compilation cache: "" = $JAX_COMPILATION_CACHE_DIR if set, else
+    # <workdir>/jax-cache (a resumed run loads its compiled steps); "off"; or a directory of your own
     c.max_seq_len = 2048
 
     c.tasks = ml_collections.ConfigDict()

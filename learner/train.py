@@ -38,7 +38,7 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from learner import scale
+from learner import compile_cache, scale
 from learner.checkpoint import Checkpointer
 from learner.config_check import TrainConfigError, resume_conflicts, validate_config
 from learner.distributed import distributed_config, maybe_initialize_distributed
@@ -863,6 +863,7 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
         for p in problems:
             log.warning("resume_force: %s", p)
     workdir.mkdir(parents=True, exist_ok=True)
+    compile_cache.enable(cfg.jax_cache_dir, workdir)  # before the first compilation (build_policy)
     if record_config:
         recorded.write_text(cfg.to_json_best_effort(indent=1))
     tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
