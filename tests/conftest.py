@@ -6,6 +6,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -60,6 +61,28 @@ def build_pool(tmp_path_factory: pytest.TempPathFactory):
     pool = BuildPool(max_workers=1, cache_dir=cache)
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory):
+    """One JAX compilation cache per test run (learner.compile_cache), shared by the xdist workers
+    and by every learner process the tests start (they inherit the environment): a program the
+    tests compile in several processes compiles once. Every compilation is kept, however short
+    (the tests compile many small programs). A cache the caller set is used as it is."""
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        yield
+        return
+    path = tmp_path_factory.getbasetemp().parent / "jax-cache-shared" if _xdist_run() else \
+        tmp_path_factory.mktemp("jax-cache")
+    path.mkdir(exist_ok=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(path)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    if "jax" in sys.modules:  # imported while collecting: set it before the first compilation
+        jax = sys.modules["jax"]
+        jax.config.update("jax_compilation_cache_dir", str(path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+    yield
 
 
 @pytest.fixture(autouse=True)
