@@ -131,12 +131,13 @@ def run_mode(mode: str, task: Any, cand_source: str, rounds: int, device: str, s
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times: dict[str, list[float]] = {"ref": [], "cand": []}
         warm = 20
+        order_rng = random.Random(seed)
         t0 = time.monotonic()
         for r in range(rounds + warm):
             if mode in ("fresh", "poison", "ctx", "graph"):
                 for v in own.values():
                     _refill(v, draw())
-            order = ["ref", "cand"] if random.random() < 0.5 else ["cand", "ref"]
+            order = ["ref", "cand"] if order_rng.random() < 0.5 else ["cand", "ref"]
             for role in order:
                 inputs = pool[r % len(pool)] if mode in ("fixed", "rotate") else own[role]
                 if poisoner is not None:
