@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,9 @@ OFF = "off"
 _enabled: Path | None = None
 
 
-def cache_dir_for(setting: str, workdir: str | Path, environ: dict[str, str] | None = None) -> Path | None:
+def cache_dir_for(setting: str, workdir: str | Path, environ: Mapping[str, str] | None = None) -> Path | None:
     """The directory ``setting`` names for a run in ``workdir`` (None: no cache)."""
-    environ = dict(os.environ) if environ is None else environ
+    environ = os.environ if environ is None else environ
     setting = str(setting).strip()
     if setting == OFF:
         return None

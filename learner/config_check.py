@@ -10,9 +10,9 @@ would make resume restore the wrong checkpoint or delete the wrong exemplar rows
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from learner import compile_cache
 from learner.prompts import EXEMPLAR_ORDERS
 
 STAGES = ("sft", "selfsup", "rl")
@@ -102,9 +102,10 @@ def validate_config(cfg: Any) -> None:
             int(cfg.sft.warmup_steps) + int(cfg.sft.decay_steps) > int(cfg.sft.steps)):
         raise _err("sft.decay_steps", cfg.sft.decay_steps,
                    f"warmup_steps + decay_steps must not exceed sft.steps={cfg.sft.steps}")
-    cache = str(cfg.jax_cache_dir).strip()
-    if cache not in ("", "off") and Path(cache).expanduser().exists() and not Path(cache).expanduser().is_dir():
-        raise _err("jax_cache_dir", cfg.jax_cache_dir, "is a file; use a directory, \"\" (the default) or \"off\"")
+    cache = compile_cache.cache_dir_for(cfg.jax_cache_dir, cfg.workdir)
+    if cache is not None and cache.exists() and not cache.is_dir():
+        raise _err("jax_cache_dir", cfg.jax_cache_dir, f"names {cache}, which is a file; use a directory, "
+                   f"\"\" (${compile_cache.CACHE_ENV} or <workdir>/jax-cache) or \"{compile_cache.OFF}\"")
     if not 0 < float(cfg.train.memory_headroom) <= 1:
         raise _err("train.memory_headroom", cfg.train.memory_headroom, "must be in (0, 1]")
     if float(cfg.sampling.top_p) > 1:

@@ -76,7 +76,7 @@ class Side:
     """One side's model and its call under a mode (eager, or a CUDA graph over static inputs)."""
 
     def __init__(self, model: torch.nn.Module, inputs: list[Any], graph: bool) -> None:
-        self.model, self.inputs, self.graph = model, inputs, None
+        self.model, self.graph = model, None
         if graph:
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())

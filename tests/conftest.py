@@ -47,18 +47,23 @@ def _xdist_run() -> str:
     return os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
 
 
+def _run_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A directory of this test run's, the same for all its xdist workers (one of the session's
+    own without xdist)."""
+    if not _xdist_run():
+        return tmp_path_factory.mktemp(name)
+    path = tmp_path_factory.getbasetemp().parent / f"{name}-shared"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def build_pool(tmp_path_factory: pytest.TempPathFactory):
     """One build pool per session over one extension cache per run (shared by the xdist workers,
     as daemons share one), so each extension compiles once."""
     from evalfarm.build import BuildPool
 
-    if _xdist_run():
-        cache = tmp_path_factory.getbasetemp().parent / "ext-cache-shared"
-        cache.mkdir(exist_ok=True)
-    else:
-        cache = tmp_path_factory.mktemp("ext-cache")
-    pool = BuildPool(max_workers=1, cache_dir=cache)
+    pool = BuildPool(max_workers=1, cache_dir=_run_dir(tmp_path_factory, "ext-cache"))
     yield pool
     pool.close()
 
@@ -69,13 +74,13 @@ def _jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory):
     and by every learner process the tests start (they inherit the environment): a program the
     tests compile in several processes compiles once. Every compilation is kept, however short
     (the tests compile many small programs). A cache the caller set is used as it is."""
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    from learner.compile_cache import CACHE_ENV
+
+    if os.environ.get(CACHE_ENV):
         yield
         return
-    path = tmp_path_factory.getbasetemp().parent / "jax-cache-shared" if _xdist_run() else \
-        tmp_path_factory.mktemp("jax-cache")
-    path.mkdir(exist_ok=True)
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(path)
+    path = _run_dir(tmp_path_factory, "jax-cache")
+    os.environ[CACHE_ENV] = str(path)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     if "jax" in sys.modules:  # imported while collecting: set it before the first compilation
         jax = sys.modules["jax"]

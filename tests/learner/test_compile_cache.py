@@ -63,7 +63,7 @@ def test_off_writes_no_cache_and_loads_nothing(tmp_path):
     assert not (tmp_path / "jax-cache").exists()
 
 
-def test_a_cache_dir_that_is_a_file_is_a_config_error(tmp_path):
+def test_a_cache_dir_that_is_a_file_is_a_config_error(tmp_path, monkeypatch):
     from configs.demo import get_config
     from learner.config_check import TrainConfigError, validate_config
 
@@ -74,3 +74,8 @@ def test_a_cache_dir_that_is_a_file_is_a_config_error(tmp_path):
         validate_config(cfg)
     cfg.jax_cache_dir = str(tmp_path / "new-dir")
     validate_config(cfg)
+    # The default setting names the operator's directory: a file there is refused too.
+    cfg.jax_cache_dir = ""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "f"))
+    with pytest.raises(TrainConfigError, match=f"jax_cache_dir.*names {tmp_path / 'f'}, which is a file"):
+        validate_config(cfg)
