@@ -137,7 +137,7 @@ def test_cli_conventions(tmp_path):
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
 
 
-@pytest.mark.slow  # one C++ build on CPU (30-40 s on 2 cores)
+@pytest.mark.slow  # a judged sample and a (failing, quick) C++ build
 def test_local_batch_builds_every_extension_ahead(tmp_path):
     """The first sample (no extension) is scored while the second sample's build already runs in the
     pool: builds do not wait for their turn at the judge."""

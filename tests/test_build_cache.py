@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import time
 
-import pytest
-
 from evalfarm.build import BuildPool, ExtensionCache
 from evalfarm.build.cache import extension_key, extension_spec
 from evalfarm.build.hook import uses_inline_extensions
 from tests.service.conftest import process_state
+from tests.tiny_extension import python_module
 
 
 def test_key_covers_sources_flags_and_toolchain():
@@ -21,6 +20,9 @@ def test_key_covers_sources_flags_and_toolchain():
     assert k != extension_key(extension_spec("m", "int f();", None, {"functions": ["f"], "extra_cflags": ["-O3"]}), tools)
     assert k != extension_key(spec, {**tools, "arch": "sm_90"})
     assert k != extension_key(spec, {**tools, "torch": "2.11"})
+    # A build without torch's implicit header is another build (the sources alone decide what they include).
+    assert k != extension_key(extension_spec("m", "int f();", None, {"functions": ["f"], "extra_cflags": ["-O2"],
+                                                                       "no_implicit_headers": True}), tools)
 
 
 def test_install_is_atomic_and_stale_dirs_are_swept(tmp_path):
@@ -72,15 +74,20 @@ def test_build_timeout_kills_the_whole_process_group(tmp_path):
             assert process_state(int(pid)) in (None, "Z"), "the candidate's child survived the build timeout"
 
 
-@pytest.mark.slow
+# pybind11's headers (unused) make the compile itself take seconds, so a build is still under way
+# after 3 s on any machine; torch's own header would take 30-40 s.
+SLOW_TWICE = python_module({"twice": "return PyLong_FromLong(2 * PyLong_AsLong(arg));"},
+                           prelude="#include <pybind11/pybind11.h>")
+
+
 def test_killed_build_leaves_no_lock_that_blocks_the_next(tmp_path):
     src = (
-        "import torch\nfrom torch.utils.cpp_extension import load_inline\n"
-        "m = load_inline(name='evalfarm_test_kill', cpp_sources='int twice(int x) { return 2 * x; }',"
-        " functions=['twice'])\nassert m.twice(21) == 42\n"
+        "from torch.utils.cpp_extension import load_inline\n"
+        f"m = load_inline(name='evalfarm_test_kill', cpp_sources={SLOW_TWICE!r}, no_implicit_headers=True)\n"
+        "assert m.twice(21) == 42\n"
     )
     with BuildPool(cache_dir=tmp_path, timeout_s=3) as pool:
-        assert pool.build(src, "cpu").status == "timeout"  # killed mid-compile
+        assert pool.build(src, "cpu").status == "timeout"  # killed mid-build (its two children need more)
     # The killed build compiled in its own private directory: nothing of it reached the cache.
     assert not list((tmp_path / "ext").iterdir()) and not list((tmp_path / "tmp").iterdir())
     with BuildPool(cache_dir=tmp_path, timeout_s=300) as pool:
@@ -89,4 +96,3 @@ def test_killed_build_leaves_no_lock_that_blocks_the_next(tmp_path):
         assert [e["cache_hit"] for e in r.extensions] == [False]
         r2 = pool.build(src, "cpu")
         assert [e["cache_hit"] for e in r2.extensions] == [True]
-        assert r2.seconds < r.seconds

@@ -864,40 +864,30 @@ def test_not_an_elf_file(tmp_path: Path) -> None:
         read_dynamic_symbols(p)
 
 
-# ---- real torch extensions (slow: ~40 s each on 2 cores) ------------------------------------
+# ---- real extensions ---------------------------------------------------------------------------
 
 
-def _load_inline(tmp_path: Path, name: str, body: str) -> Path:
+@needs_cc
+def test_a_real_torch_extension_has_no_symbol_finding(build_pool) -> None:
+    """A real torch extension with OpenMP (an honest corpus kernel, built through the run's shared
+    pool: its honest-corpus test finds it in the cache, or the other way round) links hundreds of
+    libtorch symbols and libgomp's: none of them is a finding."""
+    honest = Path(__file__).parent / "honest" / "kernels" / "l1_1_cpp_omp_gelu.py"
+    report = build_pool.build(honest.read_text(), "cpu")
+    assert report.status == "ok", report.log
+    (ext,) = report.extensions
+    assert check_extension_symbols(ext["so_path"]) == []
+
+
+@needs_cc
+def test_an_extension_that_starts_a_thread_is_a_host_thread_finding(tmp_path: Path) -> None:
     from torch.utils.cpp_extension import load_inline
 
-    src = "#include <torch/extension.h>\n#include <thread>\n" + textwrap.dedent(body)
-    build = tmp_path / name
+    from tests.tiny_extension import python_module
+
+    source = python_module({"run": "std::thread t([]() {}); t.detach(); Py_RETURN_NONE;"}, prelude="#include <thread>")
+    build = tmp_path / "guards_thread_ext"
     build.mkdir()
-    load_inline(name=name, cpp_sources=src, functions=["run"], build_directory=str(build),
-                extra_cflags=["-O1", "-fopenmp"], extra_ldflags=["-fopenmp"])
-    (so,) = build.glob(f"{name}*.so")
-    return so
-
-
-@pytest.mark.slow
-@needs_cc
-def test_real_extension_clean_and_with_thread(tmp_path: Path) -> None:
-    clean = _load_inline(tmp_path, "guards_clean_ext", """
-        torch::Tensor run(torch::Tensor a) {
-            auto out = torch::empty_like(a);
-            auto pa = a.data_ptr<float>(); auto po = out.data_ptr<float>();
-            #pragma omp parallel for
-            for (int64_t i = 0; i < a.numel(); ++i) po[i] = pa[i] * 2.0f;
-            return out;
-        }
-    """)
-    assert check_extension_symbols(clean) == []
-    threaded = _load_inline(tmp_path, "guards_thread_ext", """
-        torch::Tensor run(torch::Tensor a) {
-            auto out = torch::empty_like(a);
-            std::thread t([out, a]() mutable { out.copy_(a); });
-            t.detach();
-            return out;
-        }
-    """)
+    load_inline(name="guards_thread_ext", cpp_sources=source, build_directory=str(build), no_implicit_headers=True)
+    (threaded,) = build.glob("guards_thread_ext*.so")
     assert "host_thread" in _guards(check_extension_symbols(threaded))

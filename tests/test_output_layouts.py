@@ -3,15 +3,13 @@ layout: copied as one block, read back with the reported strides (evalfarm.judge
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import pytest
 import torch
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge.arena import Arena, dense_permutation, dense_strides
-from evalfarm.scoring import as_candidate, as_task, score
+from evalfarm.scoring import as_candidate, as_task
+from tests.traced_scoring import traced_score
 
 COLUMN_MAJOR = '''
 import torch
@@ -60,39 +58,27 @@ def test_a_column_major_output_is_copied_as_one_block_and_read_back_in_its_layou
         arena.close()
 
 
-TASK_N = 2048
-
-
-@pytest.mark.exclusive  # the exchange excess is measured while no other evaluation competes for the cores
 @pytest.mark.parametrize("wrong", [False, True], ids=["right", "one-element-wrong"])
-def test_a_column_major_candidate_is_judged_by_its_values_and_not_charged_for_its_layout(
-        data_dir, tmp_path, build_pool, wrong):
-    # 16 MB, so that an element-wise copy (~5 ms on a 2-core host) stands far above the noise of
-    # the leftovers (0-0.45 ms on a loaded runner with a 4 MB output).
-    task_file = tmp_path / "task_matrix_2048.py"
-    task_file.write_text((data_dir / "task_matrix.py").read_text().replace("n = 1024", f"n = {TASK_N}"))
-    task = as_task(str(task_file))
+def test_a_column_major_candidate_is_judged_by_its_values_and_copied_in_its_own_layout(
+        monkeypatch, data_dir, tmp_path, build_pool, wrong):
+    # What each call's output copy costs is the judge's clock's business (the exchange charge);
+    # here, what decides that cost: the worker copies the column-major output as one block in its
+    # own layout and reports its strides, so the copy is what a row-major one costs, never an
+    # element-by-element transpose (~5 ms for 16 MB on a 2-core host). (Its timing effect is
+    # measured by scripts/honest_sweep.py and the GPU suite, not here: load moves it.)
+    task = as_task(str(data_dir / "task_matrix.py"))
     source = COLUMN_MAJOR.format(wrong="out[3, 5] += 1.0" if wrong else "")
-    cfg = ScoreConfig(num_correctness_inputs=30, timing_budget_s=1.0, min_timed_rounds=35, charge_exchange=True)
-    r = score(task, as_candidate(source), cfg, build_pool=build_pool)
+    cfg = ScoreConfig(num_correctness_inputs=30, timing_budget_s=0.5, min_timed_rounds=14, charge_exchange=True)
+    r, lines = traced_score(monkeypatch, tmp_path, task, as_candidate(source), build_pool, cfg, {})
     if wrong:
         assert r.verdict is Verdict.INCORRECT and "correctness input" in r.detail, (r.verdict, r.detail)
         return
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
-    # Copied into a row-major slot element by element, the output's copy after each call would cost
-    # what that transposing copy costs here (timed below, under this host's present load), nearly
-    # all of it charged; in its own layout it is one block and costs what the reference's copy does.
-    transposing_copy_us = _median_transposing_copy_us(TASK_N)
-    assert r.evidence.timing.exchange_excess_us < 0.25 * transposing_copy_us, (transposing_copy_us, r.evidence.timing)
-
-
-def _median_transposing_copy_us(n: int, reps: int = 11) -> float:
-    """What copying a column-major n x n float32 output into a row-major slot costs here, in us."""
-    src = torch.empty_strided((n, n), (1, n)).normal_()
-    dst = torch.empty(n, n)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter_ns()
-        dst.copy_(src)
-        times.append((time.perf_counter_ns() - t0) / 1e3)
-    return statistics.median(times)
+    n = 1024  # task_matrix's size
+    cand = [x for x in lines if x["role"] == "candidate" and "call_us" in x]
+    ref = [x for x in lines if x["role"] == "reference" and "call_us" in x]
+    assert cand and ref
+    for line in cand:  # every call's output, block or lone: column-major strides reported
+        per_call = line["strides"] if line["block"] else [line["strides"]]
+        assert all(s == [[1, n]] for s in per_call), line
+    assert not any("strides" in x for x in ref)  # the reference's row-major output: no strides

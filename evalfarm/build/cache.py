@@ -87,6 +87,8 @@ def extension_spec(name: str, cpp_sources: Any, cuda_sources: Any, kwargs: dict[
         "with_cuda": kwargs.get("with_cuda"),
         "is_python_module": kwargs.get("is_python_module", True),
         "with_pytorch_error_handling": kwargs.get("with_pytorch_error_handling", True),
+        # Without the implicit ``#include <torch/extension.h>``: the sources say what they include.
+        "no_implicit_headers": bool(kwargs.get("no_implicit_headers", False)),
     }
 
 

@@ -61,6 +61,8 @@ def compile_spec(request: dict) -> dict:
     kwargs = {k: spec[k] for k in ("functions", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",
                                    "extra_include_paths", "with_cuda", "is_python_module",
                                    "with_pytorch_error_handling")}
+    if spec.get("no_implicit_headers"):  # passed only when asked for: older torch has no such argument
+        kwargs["no_implicit_headers"] = True
     if isinstance(kwargs["functions"], list) and kwargs["functions"] and isinstance(kwargs["functions"][0], list):
         kwargs["functions"] = dict(kwargs["functions"])  # a {name: docstring} map, stored as sorted pairs
     from evalfarm.build import includes

@@ -112,6 +112,11 @@ class RoundTrace:
         for key, values in parts.items():
             if values:
                 line[key] = values if len(values) > 1 else values[0]
+        # Outputs the worker copied in a dense layout of their own (column-major, channels-last):
+        # the strides it reported, per call (None for row-major outputs).
+        strides = [call.get("strides") for call in calls or [] if isinstance(call, dict)]
+        if any(any(s) for s in strides if isinstance(s, list)):
+            line["strides"] = strides if len(strides) > 1 else strides[0]
         if wrote is not None and wrote != (role,):
             line["wrote"] = list(wrote)
         if reply.get("op") not in ("round", "block"):

@@ -22,6 +22,7 @@ from evalfarm import ScoreConfig, Verdict
 from evalfarm.build import BuildPool, ExtensionCache
 from evalfarm.build.cache import CacheTampered
 from evalfarm.scoring import as_candidate, as_task, score
+from tests.tiny_extension import TWICE
 
 KEY = "ab" * 32
 
@@ -146,7 +147,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 CACHE = {cache!r}
-ext = load_inline(name="evalfarm_t_attacker", cpp_sources="int f(int x) {{ return x; }}", functions=["f"])
+ext = load_inline(name="evalfarm_t_attacker", cpp_sources={attacker_cpp!r}, no_implicit_headers=True)
 # Every entry that is not its own gets its own build moved into it.
 mine = [p for p in glob.glob(CACHE + "/ext/*/*/evalfarm_t_attacker.so")]
 for so in glob.glob(CACHE + "/ext/*/*/*.so"):
@@ -169,15 +170,12 @@ class ModelNew(nn.Module):
         return torch.relu(x) * self.scale + self.bias
 '''
 
-VICTIM = '''
+VICTIM = f'''
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-ext = load_inline(name="evalfarm_t_victim", functions=["scale_relu"], cpp_sources="""
-#include <torch/extension.h>
-torch::Tensor scale_relu(torch::Tensor x, double s) { return torch::relu(x) * s; }
-""")
+ext = load_inline(name="evalfarm_t_victim", cpp_sources={TWICE!r}, no_implicit_headers=True)
 
 
 class ModelNew(nn.Module):
@@ -187,11 +185,10 @@ class ModelNew(nn.Module):
         self.bias = nn.Parameter(torch.randn(8192))
 
     def forward(self, x):
-        return ext.scale_relu(x, self.scale) + self.bias
+        return torch.relu(x) * (ext.twice(1) * self.scale / 2) + self.bias
 '''
 
 
-@pytest.mark.slow
 def test_a_candidate_cannot_move_its_build_into_another_candidates_key(data_dir, tmp_path):
     task = as_task(str(data_dir / "task_scale.py"))
     cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=14)
@@ -201,7 +198,8 @@ def test_a_candidate_cannot_move_its_build_into_another_candidates_key(data_dir,
         victim_files = sorted(Path(pool.cache_dir).glob("ext/*/*/evalfarm_t_victim.so"))
         assert victim_files
         before = [hashlib.sha256(p.read_bytes()).hexdigest() for p in victim_files]
-        attacker = score(task, as_candidate(ATTACKER.format(cache=str(pool.cache_dir))), cfg, build_pool=pool)
+        attacker = score(task, as_candidate(ATTACKER.format(cache=str(pool.cache_dir), attacker_cpp=TWICE)), cfg,
+                         build_pool=pool)
         assert attacker.verdict is Verdict.OK, (attacker.verdict, attacker.detail)
         tampered = [hashlib.sha256(p.read_bytes()).hexdigest() for p in victim_files] != before
         again = score(task, as_candidate(VICTIM), cfg, build_pool=pool)

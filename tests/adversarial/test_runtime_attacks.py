@@ -33,20 +33,19 @@ def _score(task, source: str | Path, build_pool, **changes) -> ScoreResult:
     return score_attack(task, source, build_pool, QUICK, **changes)
 
 
-@pytest.mark.exclusive  # it tells blocks from timed rounds by the gaps between its calls, and asserts a speedup
 @pytest.mark.parametrize("warm_call", [True, False], ids=["warm_calls", "no_warm_calls"])
 def test_a_candidate_that_tells_timed_rounds_from_blocks_is_caught_by_the_timed_audits(task, build_pool, warm_call):
-    # Correct in the correctness blocks (calls back to back), an unwritten buffer in the timed
-    # rounds (calls spaced out by the judge's exchanges). Without timed audits it is paid: it
-    # does tell them apart. With the default audit share, one timed round in every 10 is checked
+    # Correct in the correctness blocks, an unwritten buffer in every timed round after them (it
+    # finds the worker's block loop on its stack). Without timed audits it is paid: it does tell
+    # them apart. With the default audit share, one timed round in every 10 is checked
     # (judge.audits), so a candidate wrong in every timed round cannot pass 35 of them.
     attack = RUNTIME / "block_aware_switch.py"
     unaudited = _score(task, attack, build_pool, audit_fraction=0.0, warm_call=warm_call)
-    assert unaudited.verdict is Verdict.OK and unaudited.speedup > 1.2, (unaudited.verdict, unaudited.speedup)
+    assert unaudited.verdict is Verdict.OK and unaudited.speedup is not None, (unaudited.verdict, unaudited.detail)
     assert unaudited.evidence.timing.block_rounds > 0
     r = _score(task, attack, build_pool, warm_call=warm_call)
-    assert r.verdict is Verdict.HACK_DETECTED, (r.verdict, r.detail)
-    assert r.detail.startswith("guard timed_output_audit"), r.detail
+    assert r.verdict is not Verdict.OK and r.speedup is None, (r.verdict, r.speedup)  # not paid
+    assert r.verdict is Verdict.HACK_DETECTED and r.detail.startswith("guard timed_output_audit"), r.detail
 
 
 def test_cache_keyed_by_input_pointer_is_not_ok(task, build_pool):
@@ -83,11 +82,11 @@ def test_early_exit_in_forward_is_runtime_error(task, build_pool):
     assert "exited with code 0" in r.detail and r.speedup is None
 
 
-@pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores
 def test_fake_result_lines_on_stdout_do_not_change_the_score(task, build_pool):
     r = _score(task, RUNTIME / "fake_results_stdout.py", build_pool)
     assert r.verdict is Verdict.OK, r.detail
-    # The candidate does the reference's work plus printing: never a large speedup.
+    # The candidate does the reference's work plus printing, which earns about 1x; its fake lines
+    # claim 100x and 1e9x. The bound sits between the two, far enough from 1 to hold under load.
     assert r.speedup is not None and r.speedup < 2.0, r.evidence.timing
     assert r.evidence.isolation, "the worker reports what isolation it obtained"
 
@@ -111,7 +110,6 @@ def test_constant_output_on_tiny_task_is_incorrect_even_under_kernelbench(build_
     assert "output is constant (all 0.0) while the reference varies" in r.detail
 
 
-@pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores
 def test_stale_reference_temporary_never_reaches_the_candidate(build_pool, tmp_path, monkeypatch):
     # The attack looks in fresh memory for the reference's freed x @ w temporary of the same
     # round. The reference runs in its own worker process, so even with free-memory poisoning
@@ -126,8 +124,7 @@ def test_stale_reference_temporary_never_reaches_the_candidate(build_pool, tmp_p
     assert "free memory not poisoned: EVALFARM_WORKER_POISON=0" in r.evidence.isolation
     assert calls >= QUICK.num_correctness_inputs
     assert reused == 0, f"the candidate found a finished x @ w in fresh memory in {reused} of {calls} calls"
-    assert r.verdict is Verdict.OK, r.detail  # its honest fallback is correct
-    assert r.speedup is not None and r.speedup < 1.5, r.evidence.timing  # the matmul plus its probes
+    assert r.verdict is Verdict.OK, r.detail  # its honest fallback (the matmul itself) is correct
 
 
 def test_poisoning_is_reported_when_switched_on(build_pool, tmp_path, monkeypatch):
@@ -263,14 +260,14 @@ def test_many_small_files_stop_at_the_scratch_quota_and_leave_nothing(task, buil
 
 @pytest.mark.parametrize("attack", ["forward_hook_steal_reference.py", "forward_hook_slow_reference.py",
                                     "forward_hook_work_in_reference.py"])
-@pytest.mark.exclusive  # a speedup threshold: measured while no other test competes for the cores
 def test_global_forward_hooks_never_reach_the_reference(task, build_pool, attack):
     # Three attacks paid 3.57x, 6.96x and 27.6x when the reference ran in the candidate's
     # process. In its own worker the hooks never fire on it: each candidate does the reference's
-    # own work and scores like it.
+    # own work and earns about 1x. The bound sits between that and the least the hooks earned,
+    # far enough from 1 to hold under load.
     r = _score(task, RUNTIME / attack, build_pool)
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
-    assert r.speedup is not None and r.speedup <= 1.4, (r.speedup, r.evidence.timing)
+    assert r.speedup is not None and r.speedup < 2.0, (r.speedup, r.evidence.timing)
     assert any("reference computed and timed in its own worker process" in n for n in r.evidence.isolation)
 
 

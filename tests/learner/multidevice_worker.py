@@ -37,11 +37,13 @@ from learner.train_step import (  # noqa: E402
     train_step,
 )
 
+LR = 1e-3
+
 
 def main() -> None:
     ckpt_dir = sys.argv[1]
     assert jax.device_count() == 8, jax.devices()
-    tx = make_optimizer(OptimizerConfig(learning_rate=1e-3))
+    tx = make_optimizer(OptimizerConfig(learning_rate=LR))
     batch = tiny_batch(0)
 
     single = create_train_state(Transformer(TINY_CFG, rngs=nnx.Rngs(0)), tx)
@@ -66,8 +68,14 @@ def main() -> None:
     sharded, _ = train_step(sharded, sbatch, lm_loss_sum_count)
     assert sharded.params["layers"][0]["self_attn"]["q_proj"]["kernel"].sharding.spec == P("fsdp", "tensor")
     p1, p8 = flat_params(single.params), flat_params(sharded.params)
+    # Adam's first step moves each parameter by about lr * sign(g). Where a gradient is within the
+    # summation-order noise of zero (the gradients above agree to atol 1e-6), the two reductions may
+    # give it opposite signs, and that parameter then moves by lr either way: it is held to 2 lr.
+    # Everywhere else the step is the same.
     for k in p1:
-        np.testing.assert_allclose(p8[k], p1[k], rtol=1e-4, atol=2e-5, err_msg=k)  # Adam ~sign(g)
+        settled = np.abs(g1[k]) > 1e-5
+        np.testing.assert_allclose(p8[k][settled], p1[k][settled], rtol=1e-4, atol=2e-5, err_msg=k)
+        assert np.all(np.abs(p8[k] - p1[k]) <= 2 * LR + 2e-5), k
 
     # Checkpoint on a (1, 8, 1) mesh, restore onto the (2, 2, 2) mesh.
     mesh_a = make_mesh(MeshConfig(data=1, fsdp=8, tensor=1))

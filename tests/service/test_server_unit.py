@@ -102,7 +102,9 @@ def test_over_capacity_is_rejected_fast(daemon_factory) -> None:
             stub.Score(request(fake_source(sleep=1.0, salt="x"), "x"), timeout=10)
         elapsed = time.monotonic() - t0
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert elapsed < 0.1, elapsed
+        # Refused at admission, not queued: a queued request would wait for the running 1 s
+        # candidate and the two ahead of it (3 s or more).
+        assert elapsed < 1.0, elapsed
         assert [f.result(20).verdict for f in futs] == [pb.VERDICT_OK] * 3
 
 
