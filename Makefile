@@ -35,9 +35,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not gpu and not long and not exclusive" --durations=30
 	$(PY) -m pytest -q -m "exclusive and not gpu and not long" --durations=5
 
-# Experiment-sized end-to-end runs (tens of minutes on 2 cores).
+# The long scenarios: experiment-sized runs and the end-to-end scenarios that take minutes each
+# (the learner CLI killed and resumed, scaling and multi-host runs, the operator drill, a 200-sample
+# stream). CI runs them after `make test`, in a step of their own.
 test-long: $(STAMP)
-	$(PY) -m pytest -q -m "long and not gpu" --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "long and not gpu" --durations=30
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu and not slow" -x

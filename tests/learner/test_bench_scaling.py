@@ -76,7 +76,7 @@ def test_parity_mesh_uses_the_axes_the_device_count_allows() -> None:
     assert (parity_mesh_config(8).data, parity_mesh_config(8).tensor) == (2, 2)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a scaling run on 1 and 4 simulated devices: about 2 minutes on 2 cores
 def test_scaling_run_on_one_and_four_devices_keeps_the_global_batch(tmp_path: Path) -> None:
     for n in ("1", "4"):
         _cli(["run", "--suite", "tiny", "--devices", n, "--out-dir", str(tmp_path)], devices=4)
@@ -101,7 +101,7 @@ def test_scaling_run_on_one_and_four_devices_keeps_the_global_batch(tmp_path: Pa
     assert next(line for line in table.splitlines() if line.startswith("| 4 (tensor 2) |"))
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a scaling run of a config policy: about 30-60 s on 2 cores
 def test_big_runs_a_config_policy_and_reports_its_plan(tmp_path: Path) -> None:
     config = tmp_path / "small.py"
     config.write_text(textwrap.dedent("""
@@ -130,7 +130,7 @@ def test_big_runs_a_config_policy_and_reports_its_plan(tmp_path: Path) -> None:
     assert "GB/device" in out  # the plan itself is printed first
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the parity command on 4 simulated devices: about 1 minute on 2 cores
 def test_parity_command_passes_on_four_simulated_devices() -> None:
     out = _cli(["parity", "--devices", "all"], devices=4).stdout
     report = json.loads(next(x for x in out.splitlines() if x.startswith("PARITY "))[len("PARITY "):])

@@ -44,7 +44,7 @@ def _single_device_reference() -> dict[str, object]:
     return {"losses": losses, "checksum": checksum, "tokens": res.tokens.tolist()}
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two JAX processes on loopback and a one-device run: about 85 s on 2 cores
 def test_two_processes_on_loopback_match_one_device(tmp_path: Path) -> None:
     port = _free_port()
     out = tmp_path / "result.json"

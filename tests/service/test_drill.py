@@ -9,7 +9,7 @@ import pytest
 from evalfarm import drill
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the operator fault drill (daemons killed and restarted): about 2 minutes on 2 cores
 def test_the_fault_drill_passes_on_cpu(tmp_path):
     out = tmp_path / "drill"
     code = drill.main(["--device", "cpu", "--candidates", "8", "--group", "2", "--no-builds",

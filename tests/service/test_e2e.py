@@ -204,7 +204,7 @@ def test_load_500_concurrent_one_daemon(spawn_daemon) -> None:
     assert rss2 < rss1 * 1.25 + 30_000, (rss0, rss1, rss2)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 200 candidates through two daemons
 def test_stream_200_through_two_daemons(spawn_daemon) -> None:
     a = spawn_daemon("--slots", "1")
     b = spawn_daemon("--slots", "1")
