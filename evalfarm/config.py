@@ -125,6 +125,13 @@ class ScoreConfig:
     # None (the default): on a CPU, where it was measured to narrow that; not on a GPU until measured
     # there. True or False: always or never (see warm_calls).
     warm_call: bool | None = None
+    # How the score's timed rounds run (evalfarm.judge.timed_blocks): "blocks" (the default) queues a
+    # batch of calls back to back in each worker, each call's fresh inputs released by the judge
+    # right before it may start, as the device runs a model's calls; "lone" times one call per
+    # exchange with the judge (the earlier protocol: a short call then pays the exchange's idle
+    # device and launch latency, which compresses its speedup towards 1). Inputs over
+    # timed_blocks.STAGING_MAX_BYTES per round keep lone calls.
+    timing_protocol: str = "blocks"
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -147,6 +154,8 @@ class ScoreConfig:
                               f"got {self.charge_exchange!r}")
         if self.warm_call is not None and not isinstance(self.warm_call, bool):
             raise ConfigError(f"warm_call must be true, false or unset (None: on a CPU only), got {self.warm_call!r}")
+        if self.timing_protocol not in ("blocks", "lone"):
+            raise ConfigError(f"timing_protocol must be 'blocks' or 'lone', got {self.timing_protocol!r}")
         if self.min_timed_rounds < self.num_buckets:
             raise ConfigError("min_timed_rounds must be at least num_buckets")
 

@@ -56,6 +56,11 @@ class TimingEvidence:
     untimed_cand_us_median: float | None = None
     exchange_excess_us: float = 0.0
     exchange_charge_us: float = 0.0
+    # How the timed rounds ran (ScoreConfig.timing_protocol): "blocks" (queued back to back, each
+    # call's inputs released right before it: evalfarm.judge.timed_blocks) or "lone" (one call per
+    # exchange); and how many timed rounds ran in blocks (their first calls checked, not timed).
+    protocol: str = "lone"
+    timed_block_rounds: int = 0
 
 
 @dataclasses.dataclass

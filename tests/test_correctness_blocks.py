@@ -120,8 +120,8 @@ def test_the_score_is_timed_only_after_correctness(task, data_dir, build_pool):
     assert t.block_rounds == IN_BLOCKS and t.rounds >= QUICK.min_timed_rounds, t
     assert t.cand_time_us_median < 10_000, t
     assert r.evidence.phases_s["correctness"] > 1.2, r.evidence.phases_s
-    # Without blocks the same correctness rounds are timed, and they make the median.
-    r = _score(task, slow, build_pool, correctness_block=False)
+    # Without either kind of block the same correctness rounds are timed, and they make the median.
+    r = _score(task, slow, build_pool, correctness_block=False, timing_protocol="lone")
     assert r.verdict is Verdict.OK, r.detail
     assert r.evidence.timing.block_rounds == 0 and r.evidence.timing.cand_time_us_median > 25_000, r.evidence.timing
 

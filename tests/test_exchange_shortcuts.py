@@ -25,7 +25,9 @@ from evalfarm.judge.judge import (
 )
 from evalfarm.scoring import as_candidate, as_task
 
-QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False)
+# The exchange shortcuts are a lone call's: these tests time lone calls.
+QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False,
+                    timing_protocol="lone")
 
 
 def _traced(monkeypatch, tmp_path, task, candidate, build_pool, env: dict[str, str], **changes):

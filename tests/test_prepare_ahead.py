@@ -14,7 +14,9 @@ from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge.judge import PREPARE_AHEAD_ENV
 from evalfarm.scoring import as_candidate, as_task
 
-QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False)
+# Preparation ahead is a lone call's: these tests time lone calls.
+QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False,
+                    timing_protocol="lone")
 
 
 def _traced(monkeypatch, tmp_path, task, candidate, build_pool, ahead: str | None, **changes):

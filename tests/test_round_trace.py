@@ -81,7 +81,7 @@ def test_the_summary_pairs_rounds_and_measures_their_spread():
 
 def test_a_judge_writes_its_trace_where_the_operator_asks(data_dir, build_pool, tmp_path, monkeypatch):
     monkeypatch.setenv(ROUND_TRACE_ENV, str(tmp_path))
-    cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.3, min_timed_rounds=10)
+    cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.3, min_timed_rounds=10, timing_protocol="lone")
     r = score(as_task(str(data_dir / "task_scale.py")), as_candidate(str(data_dir / "cand_same.py")), cfg,
               build_pool=build_pool)
     assert r.verdict is Verdict.OK, r.detail

@@ -13,7 +13,8 @@ from evalfarm.config import ConfigError
 from evalfarm.judge.judge import WARM_CALL_MAX_S, WARM_NOTE
 from evalfarm.scoring import as_candidate, as_task, score
 
-QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35)
+# Warm calls precede lone timed calls: these tests time lone calls (timed blocks need none).
+QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35, timing_protocol="lone")
 RUNTIME = "tests/adversarial/runtime"
 
 # Raises when its first input comes back: only a warm call brings it again.

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from evalfarm.judge.memfd import new_arena_fd
+
 ALIGN = 256
 
 DTYPES: dict[str, torch.dtype] = {
@@ -63,13 +65,7 @@ def aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-MEMFD_NAME = "evalfarm-arena"
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-
-
-def new_arena_fd() -> int:
-    """An empty, unnamed shared-memory file for one arena (CPU); sized by ``Arena.allocate``."""
-    return os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
 
 
 def _map(fd: int, nbytes: int) -> torch.Tensor:

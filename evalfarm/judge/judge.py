@@ -86,8 +86,16 @@ from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_r
 from evalfarm.judge.quiet import QUIET_WAIT_S, QuietProbe
 from evalfarm.judge.roles import CANDIDATE, EXT_DIR, PROFILE_DIR, REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
+from evalfarm.judge.staging import JudgeStaging, StagingLayout
 from evalfarm.judge.state import set_clean_state
 from evalfarm.judge.task_facts import valid_footprint
+from evalfarm.judge.timed_blocks import (
+    MIN_BLOCK_CALLS,
+    STAGING_MAX_BYTES,
+    WARMUP_CALLS,
+    judge_windows_ns,
+    release_calls,
+)
 from evalfarm.judge.worker import data_span, overlaps, storage_span
 from evalfarm.judge.workers import StartedWorkers, WorkerHandle, _visible, start_workers
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
@@ -179,6 +187,11 @@ BLOCK_NOTE = ("correctness rounds after the warm-up run in blocks (one exchange 
               "rounds): a block's inputs are all written before it starts, so its times are never used "
               "for the score; every output is checked")
 
+# Added to the isolation notes when the timed rounds run in timed blocks (evalfarm.judge.timed_blocks).
+TIMED_BLOCK_NOTE = ("timed rounds run in blocks: each worker's calls queued back to back, each call's fresh inputs "
+                    "released by the judge only after the previous call finished; a random share of every block's "
+                    "calls checked; each call's reported time compared with the judge's own clock")
+
 # Added to the isolation notes when the evaluation has warm calls (ScoreConfig.warm_call).
 WARM_NOTE = ("each timed call whose reference is under 1 ms follows, in both workers, one untimed call of the "
              "same model on the first inputs that worker was given, made before the call's inputs are written")
@@ -249,6 +262,7 @@ class RoundPlan:
     calls: dict[str, Call]
     times: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     warm_call: bool = False  # both workers call their model once, untimed, on earlier inputs first
+    block_call: int | None = None  # its place in a timed block (evalfarm.judge.timed_blocks); None: not in one
 
 
 # One note of a worker's isolation report is kept up to this many characters (bubblewrap's own
@@ -479,7 +493,8 @@ class Judge:
         # of free memory and L2 reset) and rounds_quiet (the reference's quiet-GPU wait);
         # rounds_write (the inputs written and synchronised); rounds_go (go to result: the call,
         # the worker's output checks and the reply; for a correctness block, all of its calls and
-        # the worker's preparations between them).
+        # the worker's preparations between them; for a timed block, all of its calls with the judge's
+        # input writes between them).
         self.round_phases: dict[str, float] = dict.fromkeys(
             ("rounds_inputs", "rounds_exchange", "rounds_calls", "rounds_audit", "rounds_prepare",
              "rounds_poison", "rounds_quiet", "rounds_write", "rounds_go"), 0.0)
@@ -513,6 +528,13 @@ class Judge:
         self.spin_s = judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), self.device.type)
         self._ready: set[str] = set()  # workers that prepared their next call after their last reply
         self._quiet_probe: QuietProbe | None = None  # the judge's own (_judge_waits_quiet), GPU only
+        # Timed blocks (evalfarm.judge.timed_blocks): decided in the set-up, confirmed by both workers'
+        # gates; the judge's side of each worker's staging area, and the last sequence number used.
+        self.timed = False
+        self.staging: dict[str, JudgeStaging] = {}
+        self._staging_areas: dict[str, Arena] = {}
+        self.staging_layout: StagingLayout | None = None
+        self._seq = 0
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -647,7 +669,16 @@ class Judge:
         self.t_ref_est = t_ref
         self.ref_recent: collections.deque[int] = collections.deque(maxlen=64)  # the last calls' ns
         del ref_model
-        in_bytes = _tensors_bytes(self.source.inputs(-1))
+        sample = self.source.inputs(-1)
+        in_bytes = _tensors_bytes(sample)
+        # Timed blocks where a round's inputs fit the staging area; decided before the arenas, which
+        # they share with the correctness rounds, and confirmed once both workers have their gates.
+        self.timed = (cfg.timing_protocol == "blocks" and not self.correctness_only
+                      and in_bytes <= STAGING_MAX_BYTES)
+        if self.timed:
+            self.staging_layout = StagingLayout.for_inputs(
+                [v.contiguous() if isinstance(v, torch.Tensor) else v for v in sample])
+        del sample
         self.memory.release()  # after that draw too: the rounds are checked against what is free then
         out_bytes = sum(aligned(math.prod(s) * d.itemsize) for s, d in self.out_struct)
         budget = ARENA_BUDGET_BYTES["cuda" if self.device.type == "cuda" else "cpu"]
@@ -659,6 +690,8 @@ class Judge:
             self.rounds_per_batch = self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
             if self.rounds_per_batch < MIN_BLOCK_ROUNDS:
                 self.block_rounds = range(0)  # one call per exchange, as without blocks
+            if self.rounds_per_batch < MIN_BLOCK_CALLS:
+                self.timed = False  # timed rounds one call per exchange too
             self.arenas = {
                 (role, kind): Arena.allocate(n * self.rounds_per_batch, str(self.device),
                                              (self.ref if role == REFERENCE else self.cand).arena_fds.pop(kind, None))
@@ -672,6 +705,13 @@ class Judge:
         finally:
             self.evidence.memory = self.memory.evidence()
         arenas.extend(self.arenas.values())
+        if self.timed:
+            assert self.staging_layout is not None
+            for role, worker in ((REFERENCE, self.ref), (CANDIDATE, self.cand)):
+                area = Arena.allocate(self.staging_layout.nbytes, "cpu", worker.arena_fds.pop("staging", None))
+                arenas.append(area)
+                self._staging_areas[role] = area
+                self.staging[role] = JudgeStaging(area.buffer)
         mark("setup_arenas")
         flush_bytes = 0
         self.floor_output_bytes = sum(math.prod(s) * d.itemsize for s, d in self.out_struct)
@@ -684,7 +724,7 @@ class Judge:
             if self.l2_bytes is not None and self.floor_output_bytes > 2 * self.l2_bytes:
                 self.dram = dram_peak(*_cuda_identity(props))  # NVML; overlaps the workers' start-up
         self.evidence.inputs_on_device = self.source.on_device
-        if self.prepare_ahead and self.device.type == "cuda":
+        if (self.prepare_ahead or self.timed) and self.device.type == "cuda":
             # The judge's quiet-GPU probe (_judge_waits_quiet), its idle latency measured now, before
             # any candidate code has run (nothing of the candidate's can be on the device yet).
             self._quiet_probe = QuietProbe(torch, self.device, lambda: torch.cuda.synchronize(self.device))
@@ -715,17 +755,23 @@ class Judge:
             **common, "role": REFERENCE, "task_name": self.task.name, "task_source": self.task.source,
             "size_profiles": self.task.size_profiles, "profile": profile, "poison": self.reference_poison,
             "in_arena": self.arenas[REFERENCE, "in"].handle(), "out_arena": self.arenas[REFERENCE, "out"].handle(),
+            "staging": self._staging_handle(REFERENCE),
         })
         wire.send_pickle(self.cand.conn, {
             **common, "role": CANDIDATE, "candidate_source": self.candidate_source,
             "cache_dir": self.cache_dir, "arch": self.arch, **facts,
             "expected_extensions": self.expected_extensions,
             "in_arena": self.arenas[CANDIDATE, "in"].handle(), "out_arena": self.arenas[CANDIDATE, "out"].handle(),
+            "staging": self._staging_handle(CANDIDATE),
         })
         ready = self._recv(self.ref, cfg.load_timeout_s, "loading the reference")
         if ready.get("op") != "ready":
             self._raise_worker_error(ready, self.ref)
+        ref_gate = ready.get("gate") is True
         ready = self._recv(self.cand, cfg.load_timeout_s, "loading the candidate")
+        # Timed blocks need both gates (the worker's isolation notes say why one is missing); the
+        # candidate's report only ever turns them off, to the lone calls every worker runs.
+        self.timed = self.timed and ref_gate and ready.get("gate") is True
         self._note_isolation(ready)  # also when the load failed: the evidence names what was in force
         if ready.get("op") != "ready":
             self._raise_worker_error(ready, self.cand)
@@ -741,6 +787,11 @@ class Judge:
         if self.diagnostics.profile_dir and not self.correctness_only:
             self.evidence.diagnostics["profile"] = self._profile(profile)
         return result
+
+    def _staging_handle(self, role: str) -> dict[str, Any] | None:
+        """What a worker needs to map its staging area; None without timed blocks."""
+        area = self._staging_areas.get(role)
+        return area.handle() if area is not None else None
 
     def _setup_clock(self, t0: float) -> Any:
         """``mark(name)``: the time since the previous mark (``t0`` at first) into setup_phases."""
@@ -896,15 +947,21 @@ class Judge:
             self.trace.sample_clock()
         count = self.rounds_per_batch
         # A batch never straddles an edge of the block rounds: it runs either as one correctness
-        # block or call by call (the warm-up before it, the timed rounds after it).
-        for edge in (self.block_rounds.start, self.block_rounds.stop) if self.block_rounds else ():
+        # block or call by call (the warm-up before it, the timed rounds after it); nor, with timed
+        # blocks, the end of correctness (the timed rounds after it run as timed blocks).
+        n_correct = self.config.num_correctness_inputs
+        edges = sorted({*((self.block_rounds.start, self.block_rounds.stop) if self.block_rounds else ()),
+                        *((n_correct,) if self.timed else ())})
+        for edge in edges:
             if first_round < edge:
                 count = min(count, edge - first_round)
                 break
         plans = []
         # The same for both workers and decided here, by the judge (ScoreConfig.warm_call); only for
         # rounds run one call per exchange (a block's calls follow one another anyway).
-        warm_call = self.config.warm_calls and self._reference_call_s() < WARM_CALL_MAX_S
+        timed_block = self.timed and first_round >= n_correct
+        warm_call = (self.config.warm_calls and not timed_block
+                     and self._reference_call_s() < WARM_CALL_MAX_S)
         for k in range(count):
             r = first_round + k
             inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(r)]
@@ -925,7 +982,8 @@ class Judge:
                 calls[role] = Call(slots, outs, {"op": "prepare", "r": r, "in": spec,
                                                  "out": [s.to_wire() for s in outs], "warm": warm_call})
             first = REFERENCE if self.rng.random() < 0.5 else CANDIDATE
-            plans.append(RoundPlan(r, first, audited, inputs, calls, warm_call=warm_call))
+            plans.append(RoundPlan(r, first, audited, inputs, calls, warm_call=warm_call,
+                                   block_call=k if timed_block else None))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return plans
@@ -1166,6 +1224,75 @@ class Judge:
             self._check_contained(worker)
         return results, go_ns
 
+    def _run_timed_pair(self, plans: list[RoundPlan]) -> None:
+        """A batch of timed rounds as a pair of timed blocks (evalfarm.judge.timed_blocks): each
+        worker's block runs the batch's rounds in order with the same inputs, the two blocks in the
+        order drawn for the batch, the other worker stopped meanwhile; on a GPU the judge first waits
+        for a quiet device before the reference's block (work left running is the candidate's)."""
+        first = plans[0].first
+        for plan in plans:
+            plan.first = first
+        # The judge's host copies of the rounds' inputs, which it writes into each staging area.
+        staged = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in plan.inputs] for plan in plans]
+        results: dict[str, list[dict[str, Any]]] = {}
+        for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
+            if role == REFERENCE and self.device.type == "cuda":
+                self._judge_waits_quiet()
+            t_step = time.monotonic()
+            results[role] = self._run_timed_block(role, plans, staged)
+            self.round_phases["rounds_exchange"] += time.monotonic() - t_step
+            self.round_phases["rounds_calls"] += sum(res["t"] for res in results[role]) / 1e9
+        for k, plan in enumerate(plans):
+            plan.times = {role: results[role][k] for role in (REFERENCE, CANDIDATE)}
+            t_cand = plan.times[CANDIDATE]["t"]
+            if t_cand / 1e9 > self._call_limit_s():
+                raise Verdicted(Verdict.TIMEOUT, f"a call took {t_cand / 1e6:.1f} ms, more than "
+                                f"{self.config.timeout_factor:g}x the reference's {self.t_ref_est * 1e3:.3f} ms")
+            self._note_reference_call(plan.times[REFERENCE]["t"])
+
+    def _run_timed_block(self, role: str, plans: list[RoundPlan], staged: list[list[Any]]) -> list[dict[str, Any]]:
+        """One worker's timed block: the calls sent, released one at a time through its staging area
+        (``release_calls``), then its reply. Returns the per-call results, checked against the
+        rounds sent, each with ``j``: its time on the judge's clock (``judge_windows_ns``)."""
+        worker = self.ref if role == REFERENCE else self.cand
+        assert self.staging_layout is not None
+        seq0, self._seq = self._seq, self._seq + len(plans)
+        rounds = [plan.r for plan in plans]
+        message = {"op": "timed_block", "seq0": seq0, "layout": self.staging_layout.to_wire(), "rounds": [
+            {"r": plan.r, "in": plan.calls[role].prepare["in"], "out": plan.calls[role].prepare["out"]}
+            for plan in plans]}
+        bound = self._wait_bound(role)
+        self._ready.discard(role)  # its next lone call (if any) prepares again
+        try:
+            self._resume(role)
+            sent = time.perf_counter()
+            wire.send_json(worker.conn, message)
+            released = release_calls(self.staging[role], self.staging_layout, staged, seq0, lambda k: bound,
+                                     lambda: worker.conn.poll(0), self.spin_s or 50e-6)
+            if released.outcome == "timeout":
+                r = rounds[released.stuck]
+                sandbox.kill_group(worker.proc)
+                if role == REFERENCE:
+                    raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker did not finish round {r} (a timed "
+                                    f"block's call) within {bound:.3g} s")
+                raise Verdicted(Verdict.TIMEOUT, f"the candidate did not finish round {r} (call "
+                                f"{released.stuck + 1} of a timed block of {len(plans)}) within {bound:.3g} s")
+            reply = self._recv(worker, bound, f"round {rounds[-1]} (the end of a timed block)", spin=True)
+            reply_ns = time.perf_counter_ns()
+            self.round_phases["rounds_go"] += time.perf_counter() - sent  # its calls, the judge's writes between them
+        finally:
+            self._stop(role)
+        if reply.get("op") != "block" or released.outcome != "ok":
+            self._raise_call_error(role, reply, next((p for p in plans if p.r == reply.get("round")), None))
+        results = block_results(reply, rounds)
+        for res, j in zip(results, judge_windows_ns(released, reply_ns), strict=True):
+            res["j"], res["w"] = j, 0
+        if self.trace is not None:
+            self.trace.timed_block(role, results)
+        if role == CANDIDATE:
+            self._check_contained(worker)
+        return results
+
     def _blame_busy_gpu(self, waited_s: float) -> Verdicted:
         """The reference worker found the GPU busy before its call, with the candidate's process
         stopped. Whose work is it? Kill the candidate's processes (their GPU contexts, and all work
@@ -1239,6 +1366,7 @@ class Judge:
         # come after correctness; the budget still counts from the first round, but the minimum
         # timed rounds are collected even when correctness used it up.
         in_blocks = 0
+        timed_block_rounds = 0
         warm_call_rounds = 0
         blocks = self.block_rounds
         stable = True
@@ -1255,6 +1383,9 @@ class Judge:
             if plans[0].r in blocks:  # _plan_batch keeps a batch on one side of the blocks' edges
                 self._run_block(plans)
                 in_blocks += len(plans)
+            elif plans[0].block_call is not None:
+                self._run_timed_pair(plans)
+                timed_block_rounds += len(plans)
             else:
                 for plan in plans:
                     warm = plan.r < max(cfg.warmup_rounds, 1)
@@ -1304,6 +1435,8 @@ class Judge:
                         self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
                 if plan.r in blocks:
                     continue  # checked above; its inputs were written before its block: never timed
+                if self.timed and (plan.block_call is None or plan.block_call < WARMUP_CALLS):
+                    continue  # with timed blocks only their calls are samples (a block's first: checked only)
                 if plan.r >= cfg.warmup_rounds and not counted:
                     set_aside += 1  # checked above; its times are not used
                 elif plan.r >= cfg.warmup_rounds:
@@ -1318,7 +1451,10 @@ class Judge:
                     if isinstance(e_ref, int | float) and isinstance(e_cand, int | float):
                         e_ref_all.append(float(e_ref))
                         e_cand_all.append(float(e_cand))
-                        clock_pairs.append((t_cand, float(e_cand)))
+                        if not self.timed:  # the worker's clock around the call against its events
+                            clock_pairs.append((t_cand, float(e_cand)))
+                    if self.timed:  # the judge's window around the call against the time reported for it
+                        clock_pairs.append((plan.times[CANDIDATE]["j"], t_cand / 1e3))
             r += len(plans)
             if r < n_correct:
                 continue
@@ -1345,7 +1481,7 @@ class Judge:
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
             stats = bucket_stats(speedups, cfg.num_buckets) if len(speedups) >= cfg.num_buckets else None
             d = decide(stats, elapsed_s=time.monotonic() - (counted_from or start), budget_s=cfg.timing_budget_s,
-                       min_rounds_first=bool(blocks),
+                       min_rounds_first=bool(blocks) or self.timed,
                        min_rounds=cfg.min_timed_rounds, target_ci=cfg.target_ci,
                        max_bucket_variance=cfg.max_bucket_variance,
                        remeasures_left=MAX_REMEASURES - remeasured)
@@ -1373,6 +1509,7 @@ class Judge:
             untimed_ref_us_median=statistics.median(untimed_ref_all) / 1e3,
             untimed_cand_us_median=statistics.median(untimed_cand_all) / 1e3, exchange_charge_us=exchange_charge / 1e3,
             exchange_excess_us=exchange_excess / 1e3,
+            protocol="blocks" if self.timed else "lone", timed_block_rounds=timed_block_rounds,
         )
         exchange_applied = bool(exchange_charge) and exchange_charge >= pre_charge  # charge = max of the two
         if exchange_applied:
@@ -1508,7 +1645,8 @@ class Judge:
         if not isinstance(isolation, list) or not all(isinstance(x, str) for x in isolation):
             raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed isolation report")
         notes = [ISOLATION_NOTE, *([BLOCK_NOTE] if self.block_rounds else []),
-                 *([WARM_NOTE] if self.config.warm_calls else []),
+                 *([TIMED_BLOCK_NOTE] if self.timed else []),
+                 *([WARM_NOTE] if self.config.warm_calls and not self.timed else []),
                  *([] if self.reference_poison else ["the reference worker's free memory not poisoned "
                                                      f"(it runs no candidate code; {REFERENCE_POISON_ENV}=1 does)"])]
         self.evidence.isolation = [*notes, *(x[:ISOLATION_NOTE_CHARS] for x in isolation[:16]), *self._cgroup_notes]

@@ -123,6 +123,16 @@ class RoundTrace:
             line["reply"] = str(reply.get("op"))
         self.lines.append(line)
 
+    def timed_block(self, role: str, results: list[dict[str, Any]]) -> None:
+        """One timed block (evalfarm.judge.timed_blocks): per call, the time the worker reported
+        (``call_us``), its gate-to-call part (``pre_us``) and its time on the judge's clock
+        (``judge_us``: gate opened to completion seen, plus a share of the block's tail)."""
+        line: dict[str, Any] = {"role": role, "rounds": [int(x["r"]) for x in results], "block": True,
+                                "timed": True, "counted": self.counted, **self._clock}
+        for key, field, scale in (("call_us", "t", 1e-3), ("pre_us", "pre", 1e-3), ("judge_us", "j", 1e-3)):
+            line[key] = [round(float(x[field]) * scale, 1) for x in results]
+        self.lines.append(line)
+
     def write(self) -> str:
         """Write the lines; returns the file's path ("" when it could not be written)."""
         path = os.path.join(self.out_dir, f"rounds-{os.getpid()}.jsonl")

@@ -221,6 +221,14 @@ class Worker:
         torch.set_grad_enabled(False)
         self.in_arena = Arena.attach(init["in_arena"], device)
         self.out_arena = Arena.attach(init["out_arena"], device)
+        # The staging area of timed blocks (evalfarm.judge.staging), registered with the driver on a
+        # GPU while the set-up may still do so; None where the judge times lone calls.
+        self._gate: Any = None
+        if init.get("staging") is not None:
+            from evalfarm.judge.staging import worker_gate
+
+            self._gate, gate_note = worker_gate(Arena.attach(init["staging"]).buffer, self.is_cuda)
+            self.isolation.append(gate_note)
         try:
             dropped = _drop_privileges(init)  # the set-up that needs root is done
             if any(n.startswith("process limit") for n in dropped):  # the cap binds now: the earlier
@@ -262,6 +270,7 @@ class Worker:
             "load_s": (_perf_ns() - load_start) / 1e9,
             "isolation": self.isolation,
             "extensions": extensions,
+            "gate": self._gate is not None,  # timed blocks can run here (evalfarm.judge.staging)
         })
         pending: dict[str, Any] | None = None
         prepare_ahead = bool(init.get("prepare_ahead"))  # the judge's choice (judge.PREPARE_AHEAD_ENV)
@@ -291,6 +300,11 @@ class Worker:
                     # this call), from this process's own context, while its GPU work is still the last.
                     self.send(self.prepare(quiet=False))
                     ready = True
+            elif op == "timed_block" and self._gate is not None:
+                reply = self.run_timed_block(msg)
+                self.send(reply)
+                if reply["op"] != "block":
+                    break
             elif op == "quiet" and self._quiet is not None:
                 # The judge asks again after killing the candidate's process: is the GPU quiet now?
                 quiet, waited = self._quiet.wait()
@@ -475,6 +489,95 @@ class Worker:
             if reply["op"] != "round":
                 return reply
             results.append({key: value for key, value in reply.items() if key != "op"})
+        return {"op": "block", "rounds": results}
+
+    def run_timed_block(self, block: dict[str, Any]) -> dict[str, Any]:
+        """A timed block (evalfarm.judge.timed_blocks): every call queued at once, each behind its
+        gate in the staging area, which the judge opens one call at a time after writing that
+        call's inputs there. Per call, on the stream: the gate, the inputs copied from the staging
+        area into the round's input slots, the L2 flush, the call between two events, the output
+        copied out, the call's completion word. Nothing waits for the device until every call is
+        queued, so each call runs on the device right after its inputs arrive, as calls of a model
+        do. The same structure, aliasing and persistence checks as a lone call, on each call's
+        outputs as they are returned; outputs are kept until the block ends (so no call's storage
+        is reused by a later one). On a CPU the thread itself waits at each gate and the host clock
+        times the call. The reply is the block's per-call times (``pre``: gate to call start, the
+        input copy and the flush; ``t``: the call), or the first failing call's error."""
+        from evalfarm.judge.staging import StagingLayout
+
+        gate = self._gate
+        layout = StagingLayout.from_wire(block["layout"])
+        seq0 = int(block["seq0"])
+        rounds = block.get("rounds") or []
+        self._prepare_memory()  # once, before the block: poisoning, L2 reset, synchronisation
+        kept: list[Any] = []
+        marks: list[Any] = []
+        layouts: list[Any] = []
+        prev = self._prev_storages
+        for k, rd in enumerate(rounds, 1):
+            seq, r = seq0 + k, int(rd["r"])
+            args = self._args(rd["in"])
+            slots = [self.Slot.from_wire(x) for x in rd.get("out") or []]
+            try:
+                if self.is_cuda:
+                    ev = [self._event(enable_timing=True) for _ in range(3)]
+                    gate.wait(seq)
+                    ev[0].record()
+                else:
+                    gate.queued(seq)  # this thread is at the gate
+                    gate.wait(seq)
+                    p0 = _perf_ns()
+                for v, slot in zip(args, layout.slots, strict=True):
+                    if slot is not None:
+                        gate.copy_in(v, slot)
+                if self._flush_buf is not None:
+                    self._flush_buf.zero_()
+                if self.is_cuda:
+                    ev[1].record()
+                else:
+                    t0 = _perf_ns()
+                out = self.model(*args)
+                if self.is_cuda:
+                    ev[2].record()
+                    marks.append(ev)
+                else:
+                    marks.append((p0, t0, _perf_ns()))
+            except BaseException as err:  # noqa: BLE001
+                return self._call_error(err, r, traceback.format_exc()[-8000:])
+            outs = list(out) if isinstance(out, tuple | list) else [out]
+            problem = self._structure_problem(outs, out, slots)
+            if problem and self.role == CANDIDATE:
+                return {"op": "error", "kind": "structure", "round": r, "detail": problem}
+            problem = alias_problem(outs, args, prev, self._ref_persists, self._ref_aliases_input)
+            if problem and self.role == CANDIDATE:
+                return {"op": "error", "kind": "persistent_output", "round": r, "detail": problem}
+            prev = [storage_span(o)[0] for o in outs if o.numel()]
+            kept.append(outs)
+            try:
+                strides = [self.dense_strides(o) for o in outs]
+                for o, s_, st in zip(outs, slots, strides, strict=False):
+                    self.out_arena.strided_view(s_, st).copy_(o)
+            except BaseException as err:  # noqa: BLE001
+                return self._call_error(err, r, f"reading the output failed: {type(err).__name__}: {err}")
+            layouts.append(strides)
+            gate.finished(seq)
+            if self.is_cuda:
+                gate.queued(seq)  # every kernel of this call is on the stream behind its gate
+        try:
+            self._sync()
+        except BaseException as err:  # noqa: BLE001 - a fault raised at the synchronisation
+            return self._call_error(err, rounds[-1]["r"] if rounds else -1, traceback.format_exc()[-8000:])
+        self._prev_storages = prev
+        self._released, self._held = self._held, kept[-1] if kept else []
+        results = []
+        for rd, mark, strides in zip(rounds, marks, layouts, strict=True):
+            if self.is_cuda:
+                pre_us, call_us = mark[0].elapsed_time(mark[1]) * 1000.0, mark[1].elapsed_time(mark[2]) * 1000.0
+                t, pre, ev_us = max(1, round(call_us * 1000)), max(0, round(pre_us * 1000)), call_us
+            else:
+                p0, t0, t1 = mark
+                t, pre, ev_us = max(1, t1 - t0), t0 - p0, None
+            results.append({"r": int(rd["r"]), "t": t, "e": ev_us, "pre": pre, "strides": strides})
         return {"op": "block", "rounds": results}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from evalfarm import bubblewrap, cgroup, confine, sandbox
 from evalfarm.judge import cpu_pinning, wire
+from evalfarm.judge.memfd import new_arena_fd
 from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, WARM_ENV
 from evalfarm.procfs import stat_fields
 
@@ -36,12 +37,12 @@ class WorkerHandle:
         self.stderr_path = os.path.join(tmp, "worker.stderr")
         self._stderr = open(self.stderr_path, "wb")  # a file, so a chatty candidate never blocks on a pipe
         fd = child_sock.fileno()
-        # CPU arenas: unnamed memfds this worker alone inherits, sized once the judge knows how large.
-        self.arena_fds: dict[str, int] = {}
+        # Unnamed memfds this worker alone inherits, sized once the judge knows how large: its input
+        # and output arenas on a CPU (a GPU's are device memory), and on every device the staging
+        # area through which a timed block's inputs reach it (evalfarm.judge.staging).
+        self.arena_fds: dict[str, int] = {"staging": new_arena_fd()}
         if not device.startswith("cuda"):
-            from evalfarm.judge.arena import new_arena_fd  # torch, on a CPU evaluation only
-
-            self.arena_fds = {"in": new_arena_fd(), "out": new_arena_fd()}
+            self.arena_fds.update({"in": new_arena_fd(), "out": new_arena_fd()})
         extra = {}
         if "EVALFARM_WORKER_NETNS" in os.environ:  # "0" lets a deployment keep the host's network
             extra["EVALFARM_WORKER_NETNS"] = os.environ["EVALFARM_WORKER_NETNS"]

@@ -1,0 +1,106 @@
+"""Timed blocks: the score's calls queued back to back, as the device runs a model's calls.
+
+The rule. After correctness, the timed rounds run a batch at a time as a *pair of blocks*, one per
+worker, in an order drawn per pair; both blocks take the batch's rounds in the same order, with the
+same fresh inputs. In a block the worker queues all of its calls at once, each behind a gate in its
+staging area (evalfarm.judge.staging), and the judge releases them one at a time
+(``release_calls``): it waits until the call is queued (at most ``QUEUE_GRACE_S``, for a forward
+that itself waits for the device), writes that call's inputs into the staging area, opens the gate
+and waits, on its own clock and within the per-call bound, for the call's completion word. Per call
+the device then runs, with no host in between: the inputs copied in, the L2 flush, the call between
+two CUDA events (its time), the outputs copied out, the completion word. On a CPU the worker's
+thread waits at each gate and the host clock times the call.
+
+Why the number is the device's: every kernel of a call is queued before the call may start, so its
+time has no launch latency and no idle device before it, which an isolated call after an exchange
+pays (+60-80 us on a 30 us kernel on an H100: docs/benchmarks.md); and the L2 is flushed and the
+inputs are fresh for every call, as ``triton.testing.do_bench`` and nvbench do it.
+
+Why it keeps what made lone calls honest:
+
+* fresh inputs per call, seen by no earlier call: a call's inputs are written only after the
+  previous call's completion word, so nothing can read ahead (a block's inputs written all at once,
+  as correctness blocks have them, would let a candidate batch later calls into earlier ones);
+* audits: a random share of each block's calls is checked against the reference's outputs for the
+  same inputs, outputs copied out on the stream right after the call, so work deferred past the
+  call leaves wrong outputs behind;
+* the judge's clock: for every call it knows when it opened the gate and when it saw the call
+  done; a call reported longer than that window is a tampered clock (``clock_behind_events``), and
+  what the window holds beyond the reported call (plus the block's tail: the reply after the last
+  call, spread over its calls) is compared with the reference's and charged where it is more
+  (``exchange_charge_ns``), so forged completion words or event times buy nothing the judge's clock
+  does not see;
+* the candidate's process is stopped while the reference's block runs, and on a GPU the judge waits
+  for a quiet device before each reference block (work left running is the candidate's, blamed as
+  before);
+* the first ``WARMUP_CALLS`` calls of each block are checked but not timed (the device has just
+  switched from the other worker's context).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from evalfarm.judge.staging import JudgeStaging, StagingLayout, wait_for
+
+# How long the judge waits for a call to be queued behind its gate before it opens the gate
+# anyway: a forward that waits for the device itself (a .item(), a host copy) cannot be queued
+# before its gate opens; its call then includes what the host does, as it would in a model.
+QUEUE_GRACE_S = 5e-3
+# Calls at the start of each block that are checked but not timed.
+WARMUP_CALLS = 1
+# Timed blocks only where a batch holds at least this many rounds (the arenas' budget decides):
+# fewer would leave too few timed calls per block beside its warm-up call.
+MIN_BLOCK_CALLS = 4
+# Timed blocks stage one round's inputs in host memory; larger inputs keep the lone-call protocol
+# (their calls are long enough that the exchange before one is a small part of it).
+STAGING_MAX_BYTES = 256 << 20
+
+
+@dataclasses.dataclass
+class Released:
+    """How a block's release went on the judge's clock: per released call, when its gate opened and
+    when its completion was seen (perf_counter ns); ``outcome`` is "ok", "timeout" (call ``stuck``
+    did not finish within its bound) or "message" (the worker sent one mid-block: an error report)."""
+
+    opened_ns: list[int]
+    done_ns: list[int]
+    outcome: str = "ok"
+    stuck: int = -1  # index of the call the judge was waiting for when it stopped
+
+
+def release_calls(staging: JudgeStaging, layout: StagingLayout, inputs: list[list[Any]], seq0: int,
+                  bound_s: Callable[[int], float], poll: Callable[[], bool], spin_s: float = 50e-6,
+                  clock_ns: Callable[[], int] = time.perf_counter_ns) -> Released:
+    """Release a block's calls one at a time (the rule above): call k (0-based) has sequence number
+    ``seq0 + k + 1`` and the host inputs ``inputs[k]``; ``bound_s(k)`` is how long it may take from
+    its gate opening to its completion word. ``poll()`` says whether the worker sent a message."""
+    out = Released([], [])
+    for k, call_inputs in enumerate(inputs):
+        seq = seq0 + k + 1
+        if wait_for(lambda s=seq: staging.queued() >= s, time.perf_counter() + QUEUE_GRACE_S, poll) == "message":
+            out.outcome, out.stuck = "message", k
+            return out
+        staging.write_inputs(layout, call_inputs)
+        opened = clock_ns()
+        staging.open(seq)
+        outcome = wait_for(lambda s=seq: staging.done() >= s, time.perf_counter() + bound_s(k), poll, spin_s)
+        done = clock_ns()
+        if outcome != "ok":
+            out.outcome, out.stuck = outcome, k
+            return out
+        out.opened_ns.append(opened)
+        out.done_ns.append(done)
+    return out
+
+
+def judge_windows_ns(released: Released, reply_ns: int) -> list[int]:
+    """Each call's time on the judge's clock: its window (gate opened to completion seen) plus an
+    even share of the block's tail (last completion seen to the worker's reply), so work the
+    worker left for after its last call counts too."""
+    n = len(released.done_ns)
+    tail = max(0, reply_ns - released.done_ns[-1]) if n else 0
+    return [d - o + tail // max(n, 1) for o, d in zip(released.opened_ns, released.done_ns, strict=True)]
