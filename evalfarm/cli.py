@@ -2,6 +2,7 @@
 
     evalfarm score --task L1/1 --candidate my_kernel.py [--device cpu|cuda[:N]] [--json]
     evalfarm score --candidates DIR|FILE.jsonl --out results.jsonl [--server H:P[,H:P...]] [--baseline compile]
+    evalfarm score --task L1/1 --candidates DIR_OF_PY_FILES --out results.jsonl
     evalfarm score ... [--profile [DIR]] [--save-failing-input DIR] [--require-other-sizes | --no-other-sizes]
     evalfarm tasks [--kernelbench-root DIR] [--lint [--device cpu|cuda] [--size-profile P]]
     evalfarm serve --port 50051 [--device cpu] ...
@@ -9,7 +10,8 @@
 
 Exit code 0 for any verdict (1 when a verdict named by --fail-on occurred); 2 when the tool
 itself cannot run (bad arguments, missing file, unknown task, no GPU for --device cuda), with
-the reason on stderr.
+the reason on stderr; 130 when Ctrl-C or SIGTERM stopped `score` or `tasks` (one line says what
+was kept; nothing it started is left running).
 """
 
 from __future__ import annotations
