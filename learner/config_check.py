@@ -164,19 +164,28 @@ def resume_conflicts(recorded: Mapping[str, Any], cfg: Any) -> list[str]:
     return problems
 
 
-def describe_fields(cfg: Any, prefix: str = "") -> list[str]:
-    """'path = default  (one of ...)' for every field, in definition order."""
+def describe_fields(cfg: Any, descriptions: Mapping[str, str] | None = None, prefix: str = "") -> list[str]:
+    """'--config.path=default   (one of ...) description' for every field, and a line naming each
+    section with its description (``descriptions``: learner.config_docs.descriptions_for)."""
     out = []
+    descriptions = descriptions or {}
     for key, value in cfg.items():
         path = f"{prefix}{key}"
         if hasattr(value, "items") and not isinstance(value, str | bytes):
-            out += describe_fields(value, f"{path}.")
+            about = descriptions.get(path)
+            out.append(f"  {path}:" + (f" {about}" if about else ""))
+            out += describe_fields(value, descriptions, f"{path}.")
             continue
         line = f"  --config.{path}={value!r}"
+        notes = []
         if path in CHOICES:
-            line += f"   one of: {', '.join(map(str, CHOICES[path]))}"
+            notes.append(f"one of: {', '.join(map(str, CHOICES[path]))}.")
         elif path in LISTS:
-            line += f"   comma list of: {', '.join(LISTS[path])}"
+            notes.append(f"comma list of: {', '.join(LISTS[path])}.")
+        if descriptions.get(path):
+            notes.append(descriptions[path])
+        if notes:
+            line += "   " + " ".join(notes)
         out.append(line)
     return out
 
