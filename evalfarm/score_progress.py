@@ -56,7 +56,9 @@ class PhasePrinter:
         if run != "first" and phase in ("load", "correctness", "timing"):
             return None  # a re-verification or other-size check has its own line
         if phase == "static":
-            return "static analysis of the source"
+            from evalfarm.guards.bounded import DEFAULT_TIMEOUT_S
+
+            return f"static analysis of the source and its inline C++/CUDA (at most {DEFAULT_TIMEOUT_S:g} s)"
         if phase == "build":
             return f"build: compiling its load_inline extensions (at most {c.build_timeout_s:g} s; cached by content)"
         if phase == "gpu_wait":

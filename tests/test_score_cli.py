@@ -56,10 +56,10 @@ def _option_blocks(text: str) -> dict[str, str]:
     return blocks
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", ["", *COMMANDS])
 def test_every_option_has_a_help_line_and_a_true_default_shown_once(capsys, command):
-    blocks = _option_blocks(_help(capsys, command))
-    assert len(blocks) > 3
+    blocks = _option_blocks(_help(capsys, *([command] if command else [])))
+    assert len(blocks) >= 3
     for flag, desc in blocks.items():
         assert desc, f"{command} {flag} has no help line"
         assert desc.count("(default") <= 1, f"{command} {flag}: {desc}"
@@ -264,6 +264,7 @@ def test_each_phase_is_printed_with_its_bound_and_the_banner_names_the_extra_che
     phases = [m.group(1) for m in re.finditer(r"^\[ *[\d.]+ s\] (\w[\w -]*?):", err, re.M)]
     assert phases[:3] == ["load", "correctness", "timing"], err
     assert "(at most 120 s)" in err and "40 inputs checked" in err and "(at most 1 s from the first round)" in err
+    assert re.search(r"^\[ *[\d.]+ s\] static analysis .*\(at most \d+ s\)$", err, re.M), err
 
 
 def test_the_other_phases_and_unstable_say_their_bound_and_what_to_do():
