@@ -11,17 +11,29 @@
         --config.workdir=/runs/crl-7b
 
 What to expect: SFT on the built-in variants (and any --config.tasks.sft_jsonl pairs) takes
-minutes; each self-supervised round and RL step is bound by the farm (~6 s of fixed overhead per
-candidate plus ~5 s correctness and up to 10 s timing on an H200), so the farm should offer
-about group_size * tasks_per_step / 10 GPUs for the learner not to wait (metric
-rl/farm_wait_s). On KernelBench, success rate after SFT is model-dependent; watch
+minutes; each self-supervised round and RL step waits on the farm unless the farm keeps up
+(metric rl/farm_wait_s). On KernelBench, success rate after SFT is model-dependent; watch
 rl/success_rate, rl/speedup_median and the verdict/HACK_DETECTED counts. The report at the end
 has the paper's table per stage (workdir/report.{txt,md,json,png}).
-The learner runs as one JAX process over the host's GPUs (mesh axes from config.mesh). Memory
-plan of a 7B policy on 8xH200 with these settings: ~40 GB per GPU (params, gradients and AdamW
-state sharded 8 ways, a compute-dtype reference, a bf16 rollout copy per GPU, the KV cache of
-sampling.batch_size rows, one 65536-token micro-batch); print it with
-`python -m learner.memory_plan --model qwen2.5-7b --hardware h200 --devices 8`.
+
+What a run costs, from measured times (docs/benchmarks.md: the 7B RL step at these sizes in
+"Several GPUs of one host", and the daemon's candidates per minute in "2b. Daemon benchmark"):
+
+    learner: one RL step 81.5 s on 4 x H200 = 0.09 GPU-hours
+    farm: 128 candidates a step, 6.15 per minute per H200 slot = 0.35 GPU-hours
+    total: 0.44 GPU-hours per RL step; 220 GPU-hours for the 500 RL steps
+
+plus SFT and the self-supervised rounds. A farm of about 16 GPUs scores a step's candidates in
+the learner's 81.5 s, so with rl.overlap the learner waits little; fewer GPUs make each step as
+long as the farm's share (128 candidates x 9.8 s / GPUs).
+The learner runs as one JAX process over the host's GPUs (mesh axes from config.mesh): params,
+gradients and AdamW state sharded over the GPUs, a compute-dtype reference, a bf16 rollout copy
+per GPU, the KV cache of sampling.batch_size rows, one 65536-token micro-batch. Memory plan per
+GPU, `python -m learner.memory_plan --config configs/gpu_cluster.py --model M --hardware H
+--devices N` (budget: 90% of the GPU's memory):
+
+    qwen2.5-7b on h200 x8: ~40 GB of a 126.9 GB budget: fits
+    qwen2.5-7b on h100 x2: ~114 GB of a 72.0 GB budget: does not fit
 """
 
 from __future__ import annotations

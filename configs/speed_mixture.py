@@ -54,8 +54,8 @@ def get_config():
     c.farm.options.timing_budget_s = 0.5
     c.checkpoint_every = 5
 
-    c.experiment = ml_collections.ConfigDict()
-    c.experiment.seeds = 3
+    c.experiment = ml_collections.ConfigDict()  # the RL arms and seeds compared (learner.experiment)
+    c.experiment.seeds = 3  # seeds per arm, each a full RL stage from the shared base
     c.experiment.arms = "grpo,random,bucket"  # plain GRPO, random exemplars, bucket exemplars
     c.experiment.short = False  # True: the CI-sized version (minutes on 2 CPU cores, 1 seed)
     c.experiment.report_only = False  # True: only (re)write the report from the runs that finished

@@ -1,19 +1,24 @@
 """Scoring a whole run of candidates: read them, score each once, append results, summarise.
 
-Inputs (``read_candidates``):
+Inputs (``read_candidates``), every line and file checked before anything is scored, with all
+problems (bad JSON, missing files, unknown tasks, repeated sample ids) listed in one error:
 
 * a JSONL file, one object per line: ``task`` (a task id/name/file as ``evalfarm score --task``
-  takes it), ``candidate`` (the candidate's source, or the path of its file, relative to the
-  JSONL's folder) and optionally ``sample_id`` (default ``<task>#<line>``); blank lines and lines
-  starting with ``//`` are skipped;
+  takes it; may be left out with ``--task``), ``candidate`` (the candidate's source, or the path
+  of its file, relative to the JSONL's folder) and optionally ``sample_id`` (default
+  ``<task>#<line>``); blank lines and lines starting with ``//`` are skipped;
 * a KernelBench-style run directory: ``level<L>/problem_<N>/sample_<K>.py`` anywhere below it
-  (task ``L<L>/<N>``, sample id ``L<L>/<N>/sample_<K>``).
+  (task ``L<L>/<N>``, sample id ``L<L>/<N>/sample_<K>``);
+* with ``--task T``, a directory of candidates: every ``*.py`` directly in it, scored against T
+  (sample id: the file's name without ``.py``).
 
-Results go to a JSONL file, one line per sample, written and flushed as each finishes; a run
-that is killed and started again skips the samples already there (a torn last line is dropped).
-``summarise`` makes the final table: per task and overall, success rate, fast_p for p in
-{1, 1.5, 2} (the share of all samples that are correct *and* faster than p times the reference),
-the geometric mean speedup of the successes, verdict counts and the most frequent guard reasons.
+Results go to a JSONL file, one line per sample, written and flushed as each finishes. A run
+that is killed and started again reuses a sample's row only when its candidate source, task
+content and scoring options are what it would score now (``evalfarm.batch_resume``; a torn last
+line is dropped). ``summarise`` makes the final table: per task and overall, success rate, fast_p
+for p in {1, 1.5, 2} (the share of all samples that are correct *and* faster than p times the
+reference), the geometric mean speedup of the successes, verdict counts and the most frequent
+guard reasons.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from evalfarm import batch_resume
+from evalfarm.batch_resume import Identity
 from evalfarm.result import ScoreResult
 from evalfarm.tasks.format import TaskFormatError
 
@@ -53,71 +60,142 @@ class BatchItem:
     task: str
     source: str
     path: str | None = None
+    where: str = ""  # where the input named it (a JSONL line, a file), for error messages
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()
 
 
-def read_candidates(path: str | Path) -> list[BatchItem]:
-    """The samples of a JSONL file or a KernelBench-style run directory (see the module doc)."""
+# At most this many input problems are listed in one error (and how many more there were).
+MAX_LISTED_PROBLEMS = 40
+
+
+def read_candidates(path: str | Path, task: str | None = None,
+                    check_task: Callable[[str], object] | None = None) -> list[BatchItem]:
+    """The samples of a JSONL file, a KernelBench-style run directory, or (with ``task``) a
+    directory of ``*.py`` candidates all scored against ``task`` (see the module doc).
+
+    Every line and file is checked before anything is scored: ``check_task(spec)`` (when given)
+    must accept each distinct task (it raises for an unknown one). All problems are listed in one
+    BatchInputError."""
     p = Path(path)
+    problems: list[str] = []
     if p.is_dir():
-        items = _read_run_dir(p)
+        items = _read_flat_dir(p, task, problems) if task else _read_run_dir(p, problems)
     elif p.is_file():
-        items = _read_jsonl(p)
+        items = _read_jsonl(p, task, problems)
     else:
-        raise BatchInputError(f"candidates not found: {p} (a .jsonl file or a run directory)")
-    seen: set[str] = set()
+        raise BatchInputError(f"candidates not found: {p} (a .jsonl file or a directory)")
+    lines: dict[str, list[str]] = {}
     for it in items:
-        if it.sample_id in seen:
-            raise BatchInputError(f"sample id {it.sample_id!r} appears twice in {p}")
-        seen.add(it.sample_id)
+        lines.setdefault(it.sample_id, []).append(it.where)
+    for sid, where in lines.items():
+        if len(where) > 1:
+            problems.append(f"sample id {sid!r} appears {len(where)} times ({', '.join(where)})")
+    if check_task is not None:
+        uses: dict[str, list[str]] = {}
+        for it in items:
+            uses.setdefault(it.task, []).append(it.where)
+        for spec, where in uses.items():
+            try:
+                check_task(spec)
+            except Exception as err:  # noqa: BLE001 - any reason a task cannot be used is a problem to list
+                shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
+                problems.append(f"task {spec!r} ({shown}): {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+    if problems:
+        listed = problems[:MAX_LISTED_PROBLEMS]
+        more = len(problems) - len(listed)
+        raise BatchInputError(
+            f"{len(problems)} problem(s) in {p}; nothing was scored:\n" + "\n".join(f"  {x}" for x in listed)
+            + (f"\n  ... and {more} more" if more else ""))
     if not items:
-        raise BatchInputError(f"no candidates in {p} (expected JSONL lines or level*/problem_*/sample_*.py)")
+        hint = (" (expected level*/problem_*/sample_*.py; to score every *.py in it against one task, add "
+                "--task T)" if p.is_dir() and not task else "")
+        raise BatchInputError(f"no candidates in {p}{hint}")
     return items
 
 
-def _read_run_dir(root: Path) -> list[BatchItem]:
+def _read_run_dir(root: Path, problems: list[str]) -> list[BatchItem]:
     items = []
     for f in sorted(root.rglob("sample_*.py")):
         m = _RUN_RE.search(f.relative_to(root).as_posix())
         if not m:
             continue
         level, problem, sample = (int(g) for g in m.groups())
-        items.append(BatchItem(f"L{level}/{problem}/sample_{sample}", f"L{level}/{problem}",
-                               _read_text(f), str(f)))
+        source = _read_text(f, problems)
+        if source is not None:
+            items.append(BatchItem(f"L{level}/{problem}/sample_{sample}", f"L{level}/{problem}", source, str(f),
+                                   str(f)))
     items.sort(key=lambda it: tuple(int(x) for x in re.findall(r"\d+", it.sample_id)))
     return items
 
 
-def _read_text(f: Path) -> str:
+def _read_flat_dir(root: Path, task: str, problems: list[str]) -> list[BatchItem]:
+    """Every ``*.py`` directly in ``root``, scored against ``task``; the sample id is the file's name."""
+    items = []
+    for f in sorted(root.glob("*.py"), key=lambda f: _natural(f.name)):
+        if not f.is_file():
+            continue
+        source = _read_text(f, problems)
+        if source is not None:
+            items.append(BatchItem(f.stem, task, source, str(f), str(f)))
+    if not items and any(root.glob("level*/problem_*/sample_*.py")):
+        problems.append(f"{root} is a run directory (level*/problem_*/sample_*.py name their tasks): leave out --task")
+    return items
+
+
+def _natural(name: str) -> list[object]:
+    """A sort key that puts c2.py before c10.py."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _read_text(f: Path, problems: list[str], where: str = "") -> str | None:
     try:
         return f.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise BatchInputError(f"candidate file is not valid UTF-8: {f}") from None
+        problems.append(f"{where}candidate file is not valid UTF-8: {f}")
+    except OSError as err:
+        problems.append(f"{where}cannot read candidate file {f}: {err.strerror}")
+    return None
 
 
-def _read_jsonl(path: Path) -> list[BatchItem]:
+def _read_jsonl(path: Path, task: str | None, problems: list[str]) -> list[BatchItem]:
     items = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BatchInputError(f"{path} is not valid UTF-8 (expected JSONL)") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("//"):
             continue
+        where = f"line {n}"
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise BatchInputError(f"{path}:{n}: not JSON: {err.msg}") from None
-        if not isinstance(row, dict) or not isinstance(row.get("task"), str) or not isinstance(row.get("candidate"), str):
-            raise BatchInputError(f"{path}:{n}: expected an object with string fields 'task' and 'candidate'")
+            problems.append(f"{where}: not JSON: {err.msg}")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"{where}: expected an object with string fields 'task' and 'candidate'")
+            continue
+        row_task = row.get("task", task)
+        if not isinstance(row_task, str) or not isinstance(row.get("candidate"), str):
+            problems.append(f"{where}: expected an object with string fields 'task'"
+                            f"{'' if task is None else ' (or --task)'} and 'candidate'")
+            continue
         cand = row["candidate"]
         cand_path: str | None = None
         if "\n" not in cand and cand.endswith(".py"):
             f = (path.parent / cand) if not os.path.isabs(cand) else Path(cand)
             if not f.is_file():
-                raise BatchInputError(f"{path}:{n}: candidate file not found: {f}")
-            cand, cand_path = _read_text(f), str(f)
-        sid = row.get("sample_id", f"{row['task']}#{n}")
-        items.append(BatchItem(str(sid), row["task"], cand, cand_path))
+                problems.append(f"{where}: candidate file not found: {f}")
+                continue
+            source = _read_text(f, problems, f"{where}: ")
+            if source is None:
+                continue
+            cand, cand_path = source, str(f)
+        sid = row.get("sample_id", f"{row_task}#{n}")
+        items.append(BatchItem(str(sid), row_task, cand, cand_path, where))
     return items
 
 
@@ -177,25 +255,40 @@ class ResultsWriter:
 
 def run_batch(items: Iterable[BatchItem], out: str | Path,
               score_all: Callable[[list[BatchItem]], Iterator[dict[str, Any]]],
-              progress: bool = True) -> list[dict[str, Any]]:
-    """Score the items not already in ``out`` through ``score_all`` (which yields one row per item,
-    in any order), appending each row as it comes; returns every row of ``out`` for the items."""
+              identity: Callable[[BatchItem], Identity], progress: bool = True,
+              say: Callable[[str], None] = log.info) -> list[dict[str, Any]]:
+    """Score the items whose result is not already in ``out`` as they would be scored now
+    (``identity``: evalfarm.batch_resume) through ``score_all`` (which yields one row per item, in
+    any order), appending each row as it comes; returns every row of ``out`` for the items.
+
+    Interrupted (KeyboardInterrupt), it raises ``Interrupted`` saying how many results ``out``
+    holds; the rows written so far stay, and the same command resumes."""
+    from evalfarm.interrupt import Interrupted
+
     items = list(items)
-    done = {r["sample_id"]: r for r in read_results(out)}
-    todo = [it for it in items if it.sample_id not in done]
-    if done:
-        log.info("resuming: %d of %d samples already in %s", len(items) - len(todo), len(items), out)
+    rows = read_results(out)
+    resume = batch_resume.plan(items, rows, identity)
+    if rows:
+        say(resume.summary(len(items), out))
+    batch_resume.move_superseded(out, rows, resume.superseded)
+    done = dict(resume.reused)
+    by_id = {it.sample_id: it for it in items}
     from tqdm import tqdm
 
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), desc="scoring", unit="sample",
+    bar = tqdm(total=len(items), initial=len(done), desc="scoring", unit="sample",
                disable=not progress, file=None if progress else io.StringIO())
-    with ResultsWriter(out) as writer:
-        if todo:
-            for row in score_all(todo):
-                writer.write(row)
-                done[row["sample_id"]] = row
-                bar.update(1)
-                bar.set_postfix_str(f"{row['verdict']} {row['task']}", refresh=False)
+    try:
+        with ResultsWriter(out) as writer:
+            if resume.todo:
+                for row in score_all(resume.todo):
+                    row = {**row, **identity(by_id[row["sample_id"]]).fields()}
+                    writer.write(row)
+                    done[row["sample_id"]] = row
+                    bar.update(1)
+                    bar.set_postfix_str(f"{row['verdict']} {row['task']}", refresh=False)
+    except KeyboardInterrupt:
+        bar.close()
+        raise Interrupted(f"{len(done)} of {len(items)} results in {out}; run the same command to resume") from None
     bar.close()
     return [done[it.sample_id] for it in items if it.sample_id in done]
 

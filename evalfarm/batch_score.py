@@ -21,6 +21,9 @@ from evalfarm.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
+# How long a remote batch waits for its next result by default (`evalfarm score --timeout`).
+RESULT_TIMEOUT_S = 3600.0
+
 
 def _with_baseline(item: BatchItem, result: ScoreResult, baseline: ScoreResult | None) -> dict[str, Any]:
     extra: dict[str, Any] = {}
@@ -97,7 +100,7 @@ def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: 
 
 def remote_scorer(client: Any, options: dict[str, Any], task_ref: Callable[[str], Any],
                   baseline: str | None = None, deadline_s: float | None = None,
-                  result_timeout_s: float = 3600.0) -> Callable[[list[BatchItem]], Iterator[dict[str, Any]]]:
+                  result_timeout_s: float = RESULT_TIMEOUT_S) -> Callable[[list[BatchItem]], Iterator[dict[str, Any]]]:
     """Submit every sample to a FarmClient (one or more daemons) and yield rows as results arrive."""
 
     def score_all(items: list[BatchItem]) -> Iterator[dict[str, Any]]:

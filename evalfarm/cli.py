@@ -2,6 +2,7 @@
 
     evalfarm score --task L1/1 --candidate my_kernel.py [--device cpu|cuda[:N]] [--json]
     evalfarm score --candidates DIR|FILE.jsonl --out results.jsonl [--server H:P[,H:P...]] [--baseline compile]
+    evalfarm score --task L1/1 --candidates DIR_OF_PY_FILES --out results.jsonl
     evalfarm score ... [--profile [DIR]] [--save-failing-input DIR] [--require-other-sizes | --no-other-sizes]
     evalfarm tasks [--kernelbench-root DIR] [--lint [--device cpu|cuda] [--size-profile P]]
     evalfarm serve --port 50051 [--device cpu] ...
@@ -9,25 +10,31 @@
 
 Exit code 0 for any verdict (1 when a verdict named by --fail-on occurred); 2 when the tool
 itself cannot run (bad arguments, missing file, unknown task, no GPU for --device cuda), with
-the reason on stderr.
+the reason on stderr; 130 when Ctrl-C or SIGTERM stopped `score` or `tasks` (one line says what
+was kept; nothing it started is left running).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from evalfarm.config import ConfigError, ScoreConfig
+from evalfarm.cli_help import HelpFormatter
+from evalfarm.config import ConfigError
 from evalfarm.tasks.format import TaskFormatError
 
 EXIT_USAGE = 2
 EXIT_FAIL_ON = 1
-FORMATTER = argparse.ArgumentDefaultsHelpFormatter
+FORMATTER = HelpFormatter
+
+log = logging.getLogger(__name__)
 
 
 class ToolError(Exception):
@@ -35,89 +42,47 @@ class ToolError(Exception):
 
 
 def _add_score_args(p: argparse.ArgumentParser) -> None:
+    from evalfarm import score_options
     from evalfarm.build.cache import DEFAULT_CACHE_DIR
 
-    p.add_argument("--task", default=None, help="task file, built-in id (L1/1) or name (one candidate)")
+    p.add_argument("--task", default=None,
+                   help="task file, built-in id (L1/1) or name; with --candidates DIR of *.py files, the task "
+                        "they are all scored against")
     p.add_argument("--candidate", default=None, help="candidate file with class ModelNew (one candidate)")
-    p.add_argument("--candidates", default=None,
-                   help="batch: a JSONL file ({task, candidate, sample_id}) or a run directory "
-                        "level*/problem_*/sample_*.py (docs/operations.md, batch scoring)")
-    p.add_argument("--out", default=None, help="batch: results JSONL, appended to and resumed from")
-    p.add_argument("--table-csv", default=None, help="batch: also write the summary table as CSV here")
-    p.add_argument("--table-md", default=None, help="batch: also write the summary table as Markdown here")
+    p.add_argument("--candidates", default=None, metavar="FILE.jsonl|DIR",
+                   help="batch: a JSONL file ({task, candidate, sample_id}), a run directory "
+                        "level*/problem_*/sample_*.py, or with --task a directory of *.py candidates "
+                        "(README.md, \"Scoring a whole run\")")
+    p.add_argument("--out", default=None, metavar="FILE.jsonl",
+                   help="batch: results JSONL, appended to and resumed from")
+    p.add_argument("--table-csv", default=None, metavar="FILE", help="batch: also write the summary table as CSV here")
+    p.add_argument("--table-md", default=None, metavar="FILE",
+                   help="batch: also write the summary table as Markdown here")
     p.add_argument("--baseline", choices=["compile"], default=None,
                    help="also score torch.compile(Model) of each task and report speedups over it")
-    p.add_argument("--other-sizes", action=argparse.BooleanOptionalAction, default=True,
-                   help="after an OK verdict, re-check correctness at one other size profile of the task and "
-                        "report it as evidence.other_sizes (docs/tasks.md, unseen sizes)")
-    p.add_argument("--require-other-sizes", action="store_true",
-                   help="a failure at the other size profile makes the verdict INCORRECT")
     p.add_argument("--profile", nargs="?", const="", default=None, metavar="DIR",
                    help="save a torch profiler trace of one candidate call (and an Nsight Compute report where "
-                        "ncu is on PATH) in DIR (default: ./evalfarm-profile, or <out>_profile/ for a batch); "
+                        "ncu is on PATH) in DIR (DIR left out: ./evalfarm-profile, or <out>_profile/ for a batch); "
                         "local scoring only")
     p.add_argument("--save-failing-input", default=None, metavar="DIR",
                    help="write the inputs and both outputs of the first failing correctness round to DIR "
                         "(torch.save files and failing_input.json); local scoring only")
     p.add_argument("--fail-on", default=None, metavar="VERDICTS",
                    help="comma list of verdicts (e.g. INCORRECT,HACK_DETECTED) that make the exit code 1")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object (one candidate)")
-    p.add_argument("--inputs", type=int, default=None, help="correctness inputs (None: 1000)")
-    p.add_argument("--budget", type=float, default=None, help="timing budget in seconds (None: 10)")
-    p.add_argument("--tolerance", choices=["strict", "kernelbench"], default=None, help="None: strict")
-    p.add_argument("--guard-policy", choices=["honest", "paper", "strict", "permissive"], default=None,
-                   help="which static findings decide alone (None: honest; paper = KernelBench's rules)")
-    p.add_argument("--charge-exchange", choices=["auto", "on", "off"], nargs="?", const="on", default="auto",
-                   help="add to every candidate call the time the judge's own clock saw beyond the calls the "
-                        "candidate's process reported, over the reference's (always reported as "
-                        "timing.exchange_excess_us); auto (the default): on a GPU only; on: also on a CPU, for "
-                        "a quiet host (docs/security.md)")
-    p.add_argument("--gpu-lease-timeout", type=float, default=None, metavar="SECONDS",
-                   help="how long to wait while another evaluation on this host holds the GPU (default 600; "
-                        "then INFRA_ERROR); not charged to the candidate")
-    p.add_argument("--correctness-block", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the correctness rounds after the warm-up a batch per worker exchange, their inputs "
-                        "all written before the batch and their times never counted (None: on); "
-                        "--no-correctness-block: one exchange per call (docs/security.md)")
-    p.add_argument("--warm-call", choices=["auto", "on", "off"], nargs="?", const="on", default="auto",
-                   help="before each short timed call (reference under 1 ms), call the model once, untimed, on "
-                        "inputs the worker has already seen, in both workers; auto (the default): on a CPU only "
-                        "(docs/security.md, \"Warm calls\")")
-    p.add_argument("--size-profile", default=None, help="task size profile (None: auto)")
-    p.add_argument("--kernelbench-root", default=None, help="resolve --task in a KernelBench checkout")
-    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR),
+    p.add_argument("--json", action="store_true",
+                   help="print exactly one JSON object (a batch: one JSON array of the summary rows)")
+    score_options.add_arguments(p)
+    p.add_argument("--kernelbench-root", default=None, metavar="DIR", help="resolve --task in a KernelBench checkout")
+    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), metavar="DIR",
                    help="cache root shared with `evalfarm serve` (builds in <dir>/build; $EVALFARM_CACHE_DIR)")
-    p.add_argument("--server", default=None,
+    p.add_argument("--server", default=None, metavar="HOST:PORT",
                    help="score on farm daemons HOST:PORT (a comma list for a batch) instead of locally")
-    from evalfarm.client.cli import add_connection_arguments
+    from evalfarm.batch_score import RESULT_TIMEOUT_S
+    from evalfarm.client.cli import DEFAULT_REMOTE_TIMEOUT_S, add_connection_arguments
 
-    add_connection_arguments(p, token=True)  # --token-file, --tls-*, --timeout (with --server)
-
-
-def _config_from(args: argparse.Namespace) -> ScoreConfig:
-    changes: dict[str, object] = {"device": args.device}
-    if args.inputs is not None:
-        changes["num_correctness_inputs"] = args.inputs
-    if args.budget is not None:
-        changes["timing_budget_s"] = args.budget
-    if args.tolerance is not None:
-        changes["tolerance"] = args.tolerance
-    if args.size_profile is not None:
-        changes["size_profile"] = args.size_profile
-    if args.guard_policy is not None:
-        changes["guard_policy"] = args.guard_policy
-    changes["check_other_sizes"] = bool(args.other_sizes)
-    changes["require_other_sizes"] = bool(args.require_other_sizes)
-    if args.charge_exchange != "auto":
-        changes["charge_exchange"] = args.charge_exchange == "on"
-    if args.gpu_lease_timeout is not None:
-        changes["gpu_lease_timeout_s"] = args.gpu_lease_timeout
-    if args.correctness_block is not None:
-        changes["correctness_block"] = args.correctness_block
-    if args.warm_call != "auto":
-        changes["warm_call"] = args.warm_call == "on"
-    return ScoreConfig(**changes)  # type: ignore[arg-type]
+    # --token-file, --tls-*, --timeout (with --server)
+    add_connection_arguments(p, token=True, timeout_s=f"{DEFAULT_REMOTE_TIMEOUT_S:g} for one candidate; in a batch, "
+                                                      f"{RESULT_TIMEOUT_S:g} for each next result")
 
 
 def _fail_on(args: argparse.Namespace) -> set[str]:
@@ -166,6 +131,8 @@ def run_score(args: argparse.Namespace) -> int:
     fail_on = _fail_on(args)
     profile_dir, failing_dir = _diagnostics_root(args)
     if args.candidates:
+        if args.candidate:
+            raise ToolError("give --candidate (one candidate) or --candidates (a batch), not both")
         return run_batch_score(args, fail_on)
     if not (args.task and args.candidate):
         raise ToolError("give --task and --candidate (one candidate), or --candidates and --out (a batch)")
@@ -173,27 +140,35 @@ def run_score(args: argparse.Namespace) -> int:
         from evalfarm.client.cli import run_remote_score
 
         return run_remote_score(args)  # exit code 0 for any verdict, 2 when it cannot run
-    from evalfarm import scoring
+    from evalfarm import score_options, scoring
     from evalfarm.build import BuildPool
+    from evalfarm.interrupt import Interrupted
+    from evalfarm.judge.diagnose import Diagnostics
+    from evalfarm.score_progress import PhasePrinter, banner
     from evalfarm.tasks.format import Candidate, read_source
     from evalfarm.tasks.suite import resolve_task
 
-    config = _config_from(args)
+    config = score_options.local_config(args)
     check_device(config.device)
     task = resolve_task(args.task, args.kernelbench_root)
     # A broken candidate is a verdict (COMPILE_ERROR, LOAD_ERROR), so only reading it can fail here.
     candidate = Candidate(source=read_source(args.candidate, "candidate"), name=Path(args.candidate).stem,
                           path=str(args.candidate))
-    task.resolve_profile(config.size_profile, "cpu" if config.device == "cpu" else "cuda")
-    pool = BuildPool(max_workers=1, cache_dir=Path(args.cache_dir) / "build")
-    if not args.json:
-        print(f"scoring {candidate.path} against {task.name} on {config.device} "
-              f"(a few seconds to minutes: build, {config.num_correctness_inputs} correctness inputs, "
-              f"up to {config.timing_budget_s:g} s of timing) ...", file=sys.stderr)
-    from evalfarm.judge.diagnose import Diagnostics
-
+    profile = task.resolve_profile(config.size_profile, "cpu" if config.device == "cpu" else "cuda")
     diagnostics = Diagnostics(str(profile_dir) if profile_dir else None, str(failing_dir) if failing_dir else None)
-    result = scoring.score(task, candidate, config, build_pool=pool, diagnostics=diagnostics)
+    progress = None
+    if not args.json:
+        print(banner(str(candidate.path), task, config, profile), file=sys.stderr, flush=True)
+        progress = PhasePrinter(config)
+    pool = BuildPool(max_workers=1, cache_dir=Path(args.cache_dir) / "build")
+    try:
+        evaluation = scoring.start(task, candidate, config, pool, diagnostics, progress=progress)
+        result = scoring.waiting(evaluation)
+    except KeyboardInterrupt:
+        raise Interrupted(f"no result for {candidate.path} (its evaluation was stopped); "
+                          "run the same command to score it") from None
+    finally:
+        pool.close()
     if args.json:
         print(result.to_json())
     else:
@@ -207,26 +182,17 @@ def run_batch_score(args: argparse.Namespace, fail_on: set[str]) -> int:
 
     if not args.out:
         raise ToolError("--candidates needs --out FILE.jsonl (results are appended there and resumed from)")
-    items = batch.read_candidates(args.candidates)
     if args.server:
-        score_all, close = _remote_batch_scorer(args)
+        batch_scorer = _remote_batch_scorer(args)
     else:
-        from evalfarm.batch_score import local_scorer
-        from evalfarm.build import BuildPool
-        from evalfarm.tasks.suite import resolve_task
-
-        config = _config_from(args)
-        check_device(config.device)
-        # Builds run ahead, in parallel (half the cores: nvcc is itself multi-threaded at times).
-        pool = BuildPool(max_workers=max(1, (os.cpu_count() or 2) // 2), cache_dir=Path(args.cache_dir) / "build")
-        score_all = local_scorer(config, lambda spec: resolve_task(spec, args.kernelbench_root), args.baseline, pool,
-                                 _batch_diagnostics(*_diagnostics_root(args)))
-        close = None
+        batch_scorer = _local_batch_scorer(args)
     try:
-        rows = batch.run_batch(items, args.out, score_all, progress=not args.json)
+        items = batch.read_candidates(args.candidates, args.task, check_task=batch_scorer.check_task)
+        say = (lambda line: print(line, file=sys.stderr, flush=True)) if not args.json else log.info
+        rows = batch.run_batch(items, args.out, batch_scorer.score_all, batch_scorer.identity,
+                               progress=not args.json, say=say)
     finally:
-        if close is not None:
-            close()
+        batch_scorer.close()
     summary = batch.summarise(rows)
     if args.table_csv:
         Path(args.table_csv).write_text(batch.format_csv(summary))
@@ -237,6 +203,42 @@ def run_batch_score(args: argparse.Namespace, fail_on: set[str]) -> int:
     else:
         print(batch.format_table(summary))
     return EXIT_FAIL_ON if any(r.get("verdict") in fail_on for r in rows) else 0
+
+
+@dataclasses.dataclass
+class BatchScorer:
+    """Where a batch is scored: its task check, its scorer, each sample's identity and its cleanup."""
+
+    check_task: Callable[[str], object]  # raises for a task that cannot be scored
+    score_all: Callable[[list[Any]], Iterator[dict[str, Any]]]
+    identity: Callable[[Any], Any]  # BatchItem -> evalfarm.batch_resume.Identity
+    close: Callable[[], None]
+
+
+def _local_batch_scorer(args: argparse.Namespace) -> BatchScorer:
+    from evalfarm import score_options
+    from evalfarm.batch_resume import Identity
+    from evalfarm.batch_score import local_scorer
+    from evalfarm.build import BuildPool
+    from evalfarm.tasks.suite import resolve_task
+
+    config = score_options.local_config(args)
+    check_device(config.device)
+    tasks: dict[str, Any] = {}
+
+    def resolve(spec: str) -> Any:
+        if spec not in tasks:
+            task = resolve_task(spec, args.kernelbench_root)
+            task.resolve_profile(config.size_profile, "cpu" if config.device == "cpu" else "cuda")
+            tasks[spec] = task
+        return tasks[spec]
+
+    scoring_options = {**config.to_dict(), "baseline": args.baseline}
+    # Builds run ahead, in parallel (half the cores: nvcc is itself multi-threaded at times).
+    pool = BuildPool(max_workers=max(1, (os.cpu_count() or 2) // 2), cache_dir=Path(args.cache_dir) / "build")
+    score_all = local_scorer(config, resolve, args.baseline, pool, _batch_diagnostics(*_diagnostics_root(args)))
+    return BatchScorer(resolve, score_all,
+                       lambda item: Identity(resolve(item.task).sha256, item.sha256, scoring_options), pool.close)
 
 
 def _batch_diagnostics(profile: Path | None, failing: Path | None) -> object:
@@ -254,8 +256,10 @@ def _batch_diagnostics(profile: Path | None, failing: Path | None) -> object:
     return for_item
 
 
-def _remote_batch_scorer(args: argparse.Namespace) -> tuple[object, object]:
-    from evalfarm.batch_score import remote_scorer
+def _remote_batch_scorer(args: argparse.Namespace) -> BatchScorer:
+    from evalfarm import score_options
+    from evalfarm.batch_resume import Identity
+    from evalfarm.batch_score import RESULT_TIMEOUT_S, remote_scorer
     from evalfarm.client import FarmClient
     from evalfarm.client.cli import ToolError as RemoteToolError
     from evalfarm.client.cli import _tls_from, _token_from
@@ -266,13 +270,11 @@ def _remote_batch_scorer(args: argparse.Namespace) -> tuple[object, object]:
         token, tls = _token_from(args), _tls_from(args)
     except RemoteToolError as err:
         raise ToolError(str(err)) from None
-    endpoints = [e.strip() for e in args.server.split(",") if e.strip()]
-    client = FarmClient(endpoints, token, tls)
-    refs: dict[str, object] = {}
+    refs: dict[str, Any] = {}
 
-    def task_ref(spec: str) -> object:
+    def task_ref(spec: str) -> Any:
         # A task the client can read (a file, or a KernelBench id with --kernelbench-root) is sent
-        # by content; a bare name is resolved by the daemon.
+        # by content; a bare name is resolved by the daemon (and its content is not known here).
         if spec not in refs:
             p = Path(spec)
             if p.suffix == ".py" or p.exists() or args.kernelbench_root:
@@ -282,16 +284,19 @@ def _remote_batch_scorer(args: argparse.Namespace) -> tuple[object, object]:
                 refs[spec] = pb.TaskRef(name=spec)
         return refs[spec]
 
-    options = {k: v for k, v in _config_from(args).to_dict().items()
-               if k != "device" and getattr(args, _OPTION_FLAGS.get(k, "-"), None) is not None}
-    return remote_scorer(client, options, task_ref, args.baseline), client.close
+    options = score_options.option_changes(args)
+    scoring_options = {**score_options.remote_identity(args), "baseline": args.baseline}
+    endpoints = [e.strip() for e in args.server.split(",") if e.strip()]
+    client = FarmClient(endpoints, token, tls)
+    scorer = remote_scorer(client, options, task_ref, args.baseline,
+                           result_timeout_s=args.timeout or RESULT_TIMEOUT_S)
+    return BatchScorer(task_ref, scorer,
+                       lambda item: Identity(task_ref(item.task).sha256 or None, item.sha256, scoring_options),
+                       client.close)
 
 
-_OPTION_FLAGS = {"num_correctness_inputs": "inputs", "timing_budget_s": "budget", "tolerance": "tolerance",
-                 "size_profile": "size_profile", "guard_policy": "guard_policy",
-                 "check_other_sizes": "other_sizes", "require_other_sizes": "require_other_sizes",
-                 "charge_exchange": "charge_exchange", "gpu_lease_timeout_s": "gpu_lease_timeout",
-                 "correctness_block": "correctness_block", "warm_call": "warm_call"}
+# Where the built-in suite's variants live, as a path a user can type from a source checkout.
+VARIANTS_DIR = "evalfarm/tasks/builtin/variants"
 
 
 def run_tasks(args: argparse.Namespace) -> int:
@@ -318,7 +323,8 @@ def run_tasks(args: argparse.Namespace) -> int:
         print(json.dumps(rows))
         return 0
     for row in rows:
-        line = f"{row['id']:<8} {row['name']:<32} {len(row['variants'])} variants"  # type: ignore[arg-type]
+        variants = ", ".join(row["variants"]) or "-"  # type: ignore[arg-type]
+        line = f"{row['id']:<8} {row['name']:<32} {variants}"
         lint = row.get("lint")
         if isinstance(lint, dict):
             if not lint["loaded"]:
@@ -328,6 +334,10 @@ def run_tasks(args: argparse.Namespace) -> int:
             else:
                 line += f"  ok ({lint['profile']}, reference {lint['ref_ms']:.3f} ms)"
         print(line)
+    if any(row["variants"] for row in rows):
+        print(f"variants: candidates shipped with a task, <fast|wrong>_<any|cpu|cuda>_<label> (fast: correct and "
+              f"faster; wrong: subtly incorrect; where it runs), in {VARIANTS_DIR}/level<L>/<task>/<variant>.py; "
+              f"e.g. evalfarm score --task L1/2 --candidate {VARIANTS_DIR}/level1/2_DiagMatmul/fast_any_row_scale.py")
     if args.lint:
         bad = [r for r in rows if isinstance(r.get("lint"), dict) and not r["lint"]["ok"]]  # type: ignore[index]
         print(f"{len(rows) - len(bad)}/{len(rows)} tasks load and depend on their inputs"
@@ -341,18 +351,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evalfarm", description=__doc__.split("\n")[0], formatter_class=FORMATTER)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     parser.add_argument("--version", action="version", version=f"evalfarm {__version__}")
+    # -v also after the subcommand (`evalfarm score -v ...`); SUPPRESS keeps the one given first.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log progress at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_score_args(sub.add_parser("score", help="score a candidate (or a batch) against a task",
-                                   formatter_class=FORMATTER))
-    p_tasks = sub.add_parser("tasks", help="list tasks (and lint them)", formatter_class=FORMATTER)
-    p_tasks.add_argument("--kernelbench-root", default=None, help="list a KernelBench checkout instead of the built-in suite")
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text, formatter_class=FORMATTER, parents=[common])
+
+    _add_score_args(command("score", "score a candidate (or a batch) against a task"))
+    p_tasks = command("tasks", "list the tasks and their shipped variants (and lint them)")
+    p_tasks.add_argument("--kernelbench-root", default=None, metavar="DIR",
+                         help="list a KernelBench checkout instead of the built-in suite")
     p_tasks.add_argument("--json", action="store_true", help="print one JSON array")
     p_tasks.add_argument("--lint", action="store_true",
                          help="load every task and probe it: does its output depend on its inputs (degenerate tasks)?")
     p_tasks.add_argument("--device", default="cpu", help="device for --lint: cpu, cuda or cuda:N")
-    p_tasks.add_argument("--size-profile", default="auto", help="size profile for --lint")
-    p_serve = sub.add_parser("serve", help="run a farm daemon", formatter_class=FORMATTER)
-    p_status = sub.add_parser("status", help="show a daemon's capacity and health", formatter_class=FORMATTER)
+    p_tasks.add_argument("--size-profile", default="auto", metavar="PROFILE", help="size profile for --lint")
+    p_serve = command("serve", "run a farm daemon")
+    p_status = command("status", "show a daemon's capacity and health")
     try:
         from evalfarm.server.cli import add_serve_arguments
 
@@ -369,14 +387,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from evalfarm import interrupt
+
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    restore = None
+    if args.command in ("score", "tasks") and threading_is_main():
+        restore = interrupt.install()  # `serve` drains on SIGTERM / SIGINT itself
     try:
         code = _dispatch(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at exit
         return code
+    except KeyboardInterrupt as err:
+        print(interrupt.summary_of(err), file=sys.stderr, flush=True)
+        return interrupt.EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`evalfarm tasks --json | head`): not an error, and no traceback.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -388,6 +414,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as err:
         print(f"evalfarm: error: {args.command} is not available: {err}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        if restore is not None:
+            restore()
+
+
+def threading_is_main() -> bool:
+    """Signal handlers can only be set from the main thread (main() may be called from another)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _dispatch(args: argparse.Namespace) -> int:

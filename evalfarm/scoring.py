@@ -14,6 +14,7 @@ so an evaluation does not wait for interpreters, torch imports and CUDA contexts
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from evalfarm import other_sizes, reverify
 from evalfarm.build import BuildPool, BuildReport
+from evalfarm.build.hook import uses_inline_extensions
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
 from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking
@@ -79,13 +81,27 @@ def _overall_timeout(cfg: ScoreConfig) -> float:
     return cfg.load_timeout_s + 4 * cfg.timing_budget_s + 900.0
 
 
+# progress(phase, facts): told as each phase of an evaluation starts, from the evaluation's thread;
+# for a person watching (`evalfarm score`), never used for the score. Phases, in order: "static",
+# "build" (only when the candidate compiles extensions), "gpu_wait" (facts: holders), "load",
+# "correctness", "timing" (the judge's; facts: run = "first", "reverify" or "other_sizes"),
+# "reverify" (facts: speedup) and "other_sizes" (facts: profile).
+Progress = Callable[[str, dict[str, object]], None]
+
+# How often a wait for a build looks whether the evaluation was cancelled.
+CANCEL_POLL_S = 0.2
+
+
 class Evaluation:
     """A running scoring: wait for it with ``result()``, stop it with ``cancel()``."""
 
     def __init__(self, task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool,
-                 diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None) -> None:
+                 diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None,
+                 progress: Progress | None = None) -> None:
         self.task, self.candidate, self.config, self.pool = task, candidate, config, pool
         self.judges = judges
+        self.progress = progress
+        self._judge_run_kind = "first"
         # Task facts from earlier judges (the daemon's, shared by its evaluations; else this
         # evaluation's own, for its re-verification and other-size judges).
         self.facts = judges.task_facts if judges is not None else TaskFacts()
@@ -116,6 +132,13 @@ class Evaluation:
         with self._lock:
             self._cancelled = True
             self._kill()
+
+    def _tell(self, phase: str, **facts: object) -> None:
+        if self.progress is not None:
+            try:
+                self.progress(phase, facts)
+            except Exception:  # noqa: BLE001 - a broken progress display must not cost the result
+                log.exception("progress callback failed")
 
     def _kill(self) -> None:
         for judge in self._judges:
@@ -148,6 +171,7 @@ class Evaluation:
         phases: dict[str, float] = {}
         t0 = time.monotonic()
         policy = GuardPolicy.from_name(cfg.guard_policy)
+        self._tell("static")
         try:
             findings = check_candidate_source(self.candidate.source, policy, reference_source=self.task.source)
         except CandidateSyntaxError as err:
@@ -165,13 +189,25 @@ class Evaluation:
                 Verdict.HACK_DETECTED, f"guard {blocks[0].guard}: {blocks[0].reason}"
                 + (f" (+{len(blocks) - 1} more)" if len(blocks) > 1 else ""),
                 evidence=Evidence(guards=notes, phases_s=phases, static_findings=static))
+        if not self.candidate.source.strip():
+            return ScoreResult.failure(Verdict.LOAD_ERROR, "the candidate is empty: it defines no class ModelNew")
         if "ModelNew" not in self.candidate.source:
             return ScoreResult.failure(Verdict.LOAD_ERROR, "the candidate defines no class ModelNew")
         try:
             arch = build_arch(cfg.device)
         except RuntimeError as err:
             return ScoreResult.failure(Verdict.INFRA_ERROR, str(err))
-        report: BuildReport = self.pool.build(self.candidate.source, arch, cfg.build_timeout_s)
+        if uses_inline_extensions(self.candidate.source):
+            self._tell("build")
+        build = self.pool.submit(self.candidate.source, arch, cfg.build_timeout_s)
+        while True:  # a cancelled evaluation does not wait for its build (the pool's owner ends it)
+            if self._cancelled:
+                return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
+            try:
+                report: BuildReport = build.result(timeout=CANCEL_POLL_S)
+                break
+            except concurrent.futures.TimeoutError:
+                continue
         phases["build"] = time.monotonic() - t0
         build_ev = {**report.to_dict(), "arch": arch}
         if report.status in ("compile_error", "timeout"):
@@ -196,6 +232,8 @@ class Evaluation:
         """Measure an outlier score again in a fresh judge and worker (rule: evalfarm.reverify)."""
         if self._cancelled or not reverify.needs_reverification(first, above=self.config.reverify_above):
             return first
+        self._tell("reverify", speedup=first.speedup)
+        self._judge_run_kind = "reverify"
         second = self._judge_run(arch)
         if self._cancelled:
             return second
@@ -212,6 +250,8 @@ class Evaluation:
         if profile is None:
             return other_sizes.apply(result, other_sizes.not_applicable(self.task, evaluated), cfg.require_other_sizes)
         t0 = time.monotonic()
+        self._tell("other_sizes", profile=profile)
+        self._judge_run_kind = "other_sizes"
         extra: dict[str, object] = {"correctness_only": True}
         if self.diagnostics.failing_input_dir:  # a failure there is saved too, in a folder of its own
             extra["diagnostics"] = Diagnostics(failing_input_dir=os.path.join(
@@ -268,9 +308,13 @@ class Evaluation:
                     if self._cancelled:
                         self._kill()
                     continue
+            if msg.get("op") == "phase":
+                self._tell(str(msg.get("phase")), run=self._judge_run_kind)
+                continue
             if msg.get("op") == "gpu_lease_wait":
                 # Another evaluation holds the GPU: its time is not this candidate's. The judge
                 # bounds the wait itself (gpu_lease_timeout_s); the clock stops until it ends.
+                self._tell("gpu_wait", holders=str(msg.get("holders", "")))
                 budget.pause(cfg.gpu_lease_timeout_s + LEASE_SLACK_S)
                 continue
             if msg.get("op") == "gpu_lease":
@@ -344,19 +388,40 @@ def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: Bui
 
 
 def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None,
-          diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None) -> Evaluation:
+          diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None,
+          progress: Progress | None = None) -> Evaluation:
     """Begin scoring in the background (with judges from ``judges`` when given, else started now)."""
-    return Evaluation(task, candidate, config, build_pool or default_build_pool(), diagnostics, judges)
+    return Evaluation(task, candidate, config, build_pool or default_build_pool(), diagnostics, judges, progress)
+
+
+# After a cancel, how long waiting() waits for the evaluation's processes to be killed and removed.
+CANCEL_WAIT_S = 60.0
+
+
+def waiting(evaluation: Evaluation) -> ScoreResult:
+    """The evaluation's result; when the wait is interrupted (Ctrl-C, any exception), the
+    evaluation is cancelled and its processes ended before the exception goes on."""
+    try:
+        return evaluation.result()
+    except BaseException:
+        evaluation.cancel()
+        try:
+            evaluation.result(CANCEL_WAIT_S)
+        except TimeoutError:
+            log.warning("a cancelled evaluation did not end within %.0f s", CANCEL_WAIT_S)
+        raise
 
 
 def score(task: Task | str | Path, candidate: Candidate | str | Path, config: ScoreConfig | None = None,
           build_pool: BuildPool | None = None, diagnostics: Diagnostics | None = None,
-          judges: WarmJudges | None = None) -> ScoreResult:
+          judges: WarmJudges | None = None, progress: Progress | None = None) -> ScoreResult:
     """Score a candidate against a task: a file path, built-in id/name, or a Task/Candidate.
     ``diagnostics`` asks for a profiler trace and/or the first failing round's tensors (local only);
-    ``judges`` supplies judge processes started ahead (many candidates in a row)."""
-    return start(as_task(task), as_candidate(candidate), config or ScoreConfig(), build_pool, diagnostics,
-                 judges).result()
+    ``judges`` supplies judge processes started ahead (many candidates in a row); ``progress`` is
+    told of each phase as it starts. Interrupted (KeyboardInterrupt), it ends the evaluation's
+    processes before the exception goes on."""
+    return waiting(start(as_task(task), as_candidate(candidate), config or ScoreConfig(), build_pool, diagnostics,
+                         judges, progress))
 
 
 def describe(result: ScoreResult) -> str:
@@ -368,6 +433,11 @@ def describe(result: ScoreResult) -> str:
     if t is not None:
         lines.append(f"timing:  {t.rounds} rounds, ref {t.ref_time_us_median:.1f} us, cand {t.cand_time_us_median:.1f} us, "
                      f"95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}], {'stable' if t.stable else 'UNSTABLE'}")
+        if not t.stable:
+            lines.append(f"         UNSTABLE: the rounds did not settle within the budget (bucket means' relative "
+                         f"variance {t.bucket_variance:.2g}, {t.rounds} rounds), so this score may move from run to "
+                         "run: score again on a quiet host (nothing else using its CPU or GPU), or give it more "
+                         "time (--budget 30)")
     if result.evidence.device_name:
         lines.append(f"device:  {result.evidence.device} ({result.evidence.device_name})")
     if result.detail:

@@ -9,7 +9,8 @@
 
 `train`, `eval` and `experiment` read an ml-collections config file (`get_config()`), locked,
 with ``--config.<field>=value`` overrides (`learner train --help` lists every field, its
-default and its allowed values); the other subcommands use plain argparse.
+default, its allowed values and its one-line description); the other subcommands use plain
+argparse.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def _help(command: str, argv: list[str]) -> str:
     """Usage of a config command: the commands, every config field with its default and allowed
     values (of --config's file when given, else configs/common.py), and an example."""
     from learner.config_check import describe_fields
+    from learner.config_docs import descriptions_for
 
     path = _config_arg(argv)
     cfg, source = None, "configs/common.py"
@@ -86,7 +88,10 @@ def _help(command: str, argv: list[str]) -> str:
                   "  --step N           checkpoint step (default: latest)",
                   "  --prompts FORMS    comma list of plain, exemplars (default: config.eval.prompts)",
                   "  --out PREFIX       report path prefix (default: <workdir>/eval/cli-<name>)", ""]
-    lines += [f"config fields (defaults from {source}):", *describe_fields(cfg), "",
+    own = [source] if Path(source).is_file() and Path(source).name != "common.py" else []
+    lines += [f"config fields, each with its default (from {source}) and its description (from "
+              f"configs/common.py{f' and {source}' if own else ''}):",
+              *describe_fields(cfg, descriptions_for(*own)), "",
               "example:", _EXAMPLES[command]]
     return "\n".join(lines) + "\n"
 

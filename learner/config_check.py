@@ -9,7 +9,9 @@ would make resume restore the wrong checkpoint or delete the wrong exemplar rows
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from learner import compile_cache
@@ -117,8 +119,37 @@ def validate_config(cfg: Any) -> None:
         raise _err("rl.group_size", cfg.rl.group_size, "GRPO needs at least 2 samples per prompt")
     if cfg.init_from and "sft" in stages and stages[0] != "sft":
         raise _err("init_from", cfg.init_from, "init_from applies to the first stage")
+    if cfg.model.hf_dir:
+        problem = hf_dir_problem(str(cfg.model.hf_dir))
+        if problem:
+            raise _err("model.hf_dir", cfg.model.hf_dir, problem)
     if not cfg.model.hf_dir and int(cfg.model.hidden_size) % int(cfg.model.num_heads):
         raise _err("model.hidden_size", cfg.model.hidden_size, f"must be a multiple of num_heads={cfg.model.num_heads}")
+
+
+def hf_dir_form_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a checkpoint directory the loader reads, by its form alone (a URL),
+    or None."""
+    scheme = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://", path)
+    if scheme:
+        return (f"the loader reads a local directory (config.json, *.safetensors, tokenizer.json), not a "
+                f"{scheme.group(1)}:// URL: copy the checkpoint to local disk first (e.g. gsutil -m cp -r "
+                f"{path} /mnt/models/) and give that path")
+    return None
+
+
+def hf_dir_problem(path: str) -> str | None:
+    """Why the loader cannot read ``path`` as a Hugging Face checkpoint directory, or None."""
+    form = hf_dir_form_problem(path)
+    if form:
+        return form
+    d = Path(path).expanduser()
+    if not d.is_dir():
+        return "no such directory"
+    missing = [name for name in ("config.json", "tokenizer.json") if not (d / name).is_file()]
+    if missing:
+        return f"not a Hugging Face checkpoint directory (no {' or '.join(missing)} in it)"
+    return None
 
 
 def _lookup(d: Mapping[str, Any], path: str) -> Any:
@@ -164,19 +195,28 @@ def resume_conflicts(recorded: Mapping[str, Any], cfg: Any) -> list[str]:
     return problems
 
 
-def describe_fields(cfg: Any, prefix: str = "") -> list[str]:
-    """'path = default  (one of ...)' for every field, in definition order."""
+def describe_fields(cfg: Any, descriptions: Mapping[str, str] | None = None, prefix: str = "") -> list[str]:
+    """'--config.path=default   (one of ...) description' for every field, and a line naming each
+    section with its description (``descriptions``: learner.config_docs.descriptions_for)."""
     out = []
+    descriptions = descriptions or {}
     for key, value in cfg.items():
         path = f"{prefix}{key}"
         if hasattr(value, "items") and not isinstance(value, str | bytes):
-            out += describe_fields(value, f"{path}.")
+            about = descriptions.get(path)
+            out.append(f"  {path}:" + (f" {about}" if about else ""))
+            out += describe_fields(value, descriptions, f"{path}.")
             continue
         line = f"  --config.{path}={value!r}"
+        notes = []
         if path in CHOICES:
-            line += f"   one of: {', '.join(map(str, CHOICES[path]))}"
+            notes.append(f"one of: {', '.join(map(str, CHOICES[path]))}.")
         elif path in LISTS:
-            line += f"   comma list of: {', '.join(LISTS[path])}"
+            notes.append(f"comma list of: {', '.join(LISTS[path])}.")
+        if descriptions.get(path):
+            notes.append(descriptions[path])
+        if notes:
+            line += "   " + " ".join(notes)
         out.append(line)
     return out
 

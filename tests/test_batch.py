@@ -32,10 +32,10 @@ def test_jsonl_with_sources_paths_and_default_ids(tmp_path):
     assert [(i.sample_id, i.task) for i in items] == [("first", "L1/1"), ("L1/2#4", "L1/2")]
     assert items[0].source == "class ModelNew: pass\n" and items[0].path == str(tmp_path / "k" / "a.py")
     (tmp_path / "bad.jsonl").write_text('{"task": "L1/1"}\n')
-    with pytest.raises(batch.BatchInputError, match="bad.jsonl:1: expected an object"):
+    with pytest.raises(batch.BatchInputError, match="line 1: expected an object"):
         batch.read_candidates(tmp_path / "bad.jsonl")
     (tmp_path / "dup.jsonl").write_text("\n".join([lines[0], lines[0]]) + "\n")
-    with pytest.raises(batch.BatchInputError, match="appears twice"):
+    with pytest.raises(batch.BatchInputError, match=r"'first' appears 2 times \(line 1, line 2\)"):
         batch.read_candidates(tmp_path / "dup.jsonl")
 
 

@@ -186,11 +186,12 @@ def test_which_rounds_run_in_blocks():
 
 
 def test_the_option_is_a_bool_on_the_cli_and_the_wire():
-    from evalfarm.cli import _config_from, build_parser
+    from evalfarm.cli import build_parser
     from evalfarm.client.wire import config_from_pb, options_to_pb
+    from evalfarm.score_options import local_config
 
     def config(*flags: str) -> ScoreConfig:
-        return _config_from(build_parser().parse_args(["score", "--task", "t", "--candidate", "c", *flags]))
+        return local_config(build_parser().parse_args(["score", "--task", "t", "--candidate", "c", *flags]))
 
     assert config().correctness_block is True
     assert config("--no-correctness-block").correctness_block is False

@@ -77,12 +77,13 @@ def test_a_long_call_is_allowed_a_share_of_its_own_time_after_it():
 
 
 def test_the_exchange_charge_is_on_for_a_gpu_and_off_for_a_cpu_unless_asked():
-    from evalfarm.cli import _config_from, build_parser
+    from evalfarm.cli import build_parser
+    from evalfarm.score_options import local_config
 
     parser = build_parser()
 
     def config(*extra: str) -> ScoreConfig:
-        return _config_from(parser.parse_args(["score", "--task", "L1/1", "--candidate", "c.py", *extra]))
+        return local_config(parser.parse_args(["score", "--task", "L1/1", "--candidate", "c.py", *extra]))
 
     auto = config()
     assert auto.charge_exchange is None and auto.exchange_charged is False

@@ -221,7 +221,8 @@ def _reverify(first, second, **changes):
         calls.append(arch)
         return second
 
-    fake = SimpleNamespace(config=QUICK.replace(**changes), _cancelled=False, _judge_run=judge_run)
+    fake = SimpleNamespace(config=QUICK.replace(**changes), _cancelled=False, _judge_run=judge_run,
+                           _tell=lambda *_a, **_k: None)
     return Evaluation._reverify(fake, first, "cpu"), calls
 
 

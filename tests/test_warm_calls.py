@@ -61,10 +61,11 @@ def test_warm_calls_are_on_for_a_cpu_off_for_a_gpu_unless_set():
 
 
 def test_the_score_command_takes_warm_call():
-    from evalfarm.cli import _config_from, build_parser
+    from evalfarm.cli import build_parser
+    from evalfarm.score_options import local_config
 
     def config(*flags: str) -> ScoreConfig:
-        return _config_from(build_parser().parse_args(["score", "--task", "t", "--candidate", "c", *flags]))
+        return local_config(build_parser().parse_args(["score", "--task", "t", "--candidate", "c", *flags]))
 
     assert config().warm_call is None
     assert config("--warm-call").warm_call is True

@@ -64,6 +64,10 @@ class BuildReport:
         return d
 
 
+class BuildPoolClosed(RuntimeError):
+    """The pool was closed (its owner is shutting down): no further build child starts."""
+
+
 class BuildPool:
     def __init__(
         self,
@@ -133,6 +137,8 @@ class BuildPool:
         argv = sandbox.python_cmd("evalfarm.build.runner")
         if request.get("mode") != "toolchain":  # candidate code (discover) or sources (compile)
             argv = self._sandboxed(argv, tmp, extra)
+        if self._closed:  # closed while this build waited or ran: start nothing more
+            raise BuildPoolClosed("the build pool was closed")
         cg = self._cgroup()
         join_fds = cg.join_fds() if cg is not None else []
         try:
@@ -152,6 +158,9 @@ class BuildPool:
                 os.close(jfd)
         with self._lock:
             self._procs.add(proc)
+            closed = self._closed  # close() may have run between the check above and now
+        if closed:
+            sandbox.kill_group(proc)
         oom = 0
         try:
             output = self._wait(proc, json.dumps(request).encode(), cg, deadline)
@@ -255,7 +264,7 @@ class BuildPool:
                 extensions.append(done)
             return self._count(BuildReport("ok", time.monotonic() - start, truncate(text), extensions,
                                            isolation=[str(x) for x in found.get("isolation", [])][:8]))
-        except bubblewrap.SandboxUnavailable as err:
+        except (bubblewrap.SandboxUnavailable, BuildPoolClosed) as err:
             return self._count(BuildReport("error", time.monotonic() - start, str(err)))
         except TimeoutError:
             return self._count(BuildReport(

@@ -17,13 +17,14 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from evalfarm.client.channel import CHANNEL_OPTIONS, TlsConfig, auth_metadata, read_token_file
-from evalfarm.client.wire import options_to_pb, result_from_pb
+from evalfarm.client.wire import is_draining, options_to_pb, result_from_pb
 from evalfarm.config import ConfigError
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 
 EXIT_TOOL = 2
 DEFAULT_REMOTE_TIMEOUT_S = 1800.0
+STATUS_TIMEOUT_S = 10.0  # how long `evalfarm status` waits for each daemon by default
 BUSY_RETRY_S = 120.0  # how long to keep retrying a daemon that answers RESOURCE_EXHAUSTED
 
 
@@ -39,18 +40,25 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--health-only", action="store_true",
                         help="only ask the gRPC health service (no token needed): exit 0 when every "
                              "daemon is ready to score, 1 when one is not (container health checks)")
-    add_connection_arguments(parser, token=True)
+    add_connection_arguments(parser, token=True, timeout_s=STATUS_TIMEOUT_S)
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser, token: bool = False) -> None:
-    """TLS options (and --token-file) for talking to a daemon."""
+def add_connection_arguments(parser: argparse.ArgumentParser, token: bool = False,
+                             timeout_s: float | str = DEFAULT_REMOTE_TIMEOUT_S) -> None:
+    """TLS options (and --token-file) for talking to a daemon; ``timeout_s``: what --timeout
+    stands for when it is left out (said in its help)."""
     if token:
-        parser.add_argument("--token-file", default=None, help="file holding the bearer token")
-    parser.add_argument("--tls-ca", default=None, help="CA certificate (PEM) to verify the daemon (enables TLS)")
-    parser.add_argument("--tls-cert", default=None, help="client certificate for mTLS")
-    parser.add_argument("--tls-key", default=None, help="client key for mTLS")
-    parser.add_argument("--tls-server-name", default=None, help="expected name in the daemon certificate")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds to wait for the result")
+        parser.add_argument("--token-file", default=None, metavar="FILE",
+                            help="file holding the bearer token")
+    parser.add_argument("--tls-ca", default=None, metavar="FILE",
+                        help="CA certificate (PEM) to verify the daemon (enables TLS)")
+    parser.add_argument("--tls-cert", default=None, metavar="FILE", help="client certificate for mTLS")
+    parser.add_argument("--tls-key", default=None, metavar="FILE", help="client key for mTLS")
+    parser.add_argument("--tls-server-name", default=None, metavar="NAME",
+                        help="expected name in the daemon certificate")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help=f"seconds to wait for the daemon's answer (default: {timeout_s:g})" if isinstance(timeout_s, float)
+                        else f"seconds to wait for the daemon's answer (default: {timeout_s})")
 
 
 def _tls_from(args: argparse.Namespace) -> TlsConfig | None:
@@ -91,6 +99,9 @@ def _channel(args: argparse.Namespace, target: str | None = None) -> grpc.Channe
 
 def _rpc_error(server: str, err: grpc.RpcError) -> ToolError:
     code = err.code()
+    if code is grpc.StatusCode.UNAVAILABLE and is_draining(err.details() or ""):
+        return ToolError(f"the evalfarm daemon at {server} is draining (shutting down) and takes no new work: "
+                         "try another daemon, or this one once it is back")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return ToolError(f"cannot reach the evalfarm daemon at {server}: {code.name}: {err.details()}")
     if code is grpc.StatusCode.UNAUTHENTICATED:
@@ -117,16 +128,10 @@ def _build_request(args: argparse.Namespace) -> pb.ScoreRequest:
         task = pb.TaskRef(source=pb.TaskSource(source=task_path.read_bytes(), name=task_path.stem))
     else:
         task = pb.TaskRef(name=spec)
-    options: dict[str, Any] = {}
-    for attr, field in (("inputs", "num_correctness_inputs"), ("budget", "timing_budget_s"),
-                        ("tolerance", "tolerance"), ("size_profile", "size_profile"),
-                        ("guard_policy", "guard_policy"), ("other_sizes", "check_other_sizes"),
-                        ("require_other_sizes", "require_other_sizes"), ("correctness_block", "correctness_block")):
-        value = getattr(args, attr, None)
-        if value is not None:
-            options[field] = value
+    from evalfarm.score_options import option_changes
+
     try:
-        opts = options_to_pb(options)
+        opts = options_to_pb(option_changes(args))
     except ConfigError as err:
         raise ToolError(str(err)) from None
     return pb.ScoreRequest(task=task, options=opts,
@@ -296,7 +301,7 @@ def run_status(args: argparse.Namespace) -> int:
     specs = [args.server] if isinstance(args.server, str) else list(args.server)
     try:
         metadata = auth_metadata(_token_from(args))
-        timeout = getattr(args, "timeout", None) or 10.0
+        timeout = getattr(args, "timeout", None) or STATUS_TIMEOUT_S
         targets, fleet = _targets(specs)
         if getattr(args, "health_only", False):
             return _health_only(targets, args, timeout)

@@ -25,6 +25,16 @@ OPTION_FIELDS: tuple[str, ...] = tuple(
 _VERDICT_TO_PB = {v: pb.Verdict.Value(f"VERDICT_{v.value}") for v in Verdict}
 _PB_TO_VERDICT = {n: v for v, n in _VERDICT_TO_PB.items()}
 
+# What a draining daemon answers a new request with (UNAVAILABLE): the daemon writes it, a client
+# reads it to say "draining", not "cannot reach".
+DRAINING_DETAIL = "daemon draining: try another host"
+
+
+def is_draining(details: str) -> bool:
+    """Whether an UNAVAILABLE status's details say the daemon is draining (not unreachable)."""
+    return details.startswith(DRAINING_DETAIL.split(":")[0])
+
+
 # Keys the daemon adds to the ScoreResult JSON it sends back (not part of ScoreResult).
 PHASES = ("build", "load", "correctness", "timing")
 

@@ -515,7 +515,8 @@ class Judge:
         self._started = started
         # RoundsHold (or None: nothing to wait for): times count only from the owner's go.
         self._hold = hold
-        # notify(msg): tells the owner of a wait that is not the candidate's (the GPU lease).
+        # notify(msg): tells the owner of a wait that is not the candidate's (the GPU lease), and
+        # of each phase as it starts ({"op": "phase", "phase": "load" | "correctness" | "timing"}).
         self._notify = notify
         self._lease: gpu_lease.GpuLease | None = None
         self.block_rounds = correctness_block_rounds(self.config)
@@ -576,6 +577,11 @@ class Judge:
         if self.trace is not None:
             self.trace.write()
         return result
+
+    def _phase(self, name: str) -> None:
+        """Tell the owner a phase starts (progress for a person watching; never used for the score)."""
+        if self._notify is not None:
+            self._notify({"op": "phase", "phase": name})
 
     def _take_gpu_lease(self) -> None:
         """Hold this GPU alone for the whole evaluation (evalfarm.judge.gpu_lease): from before the
@@ -734,6 +740,7 @@ class Judge:
         self.phases["judge_setup"] = time.monotonic() - t0
 
         t_load = time.monotonic()
+        self._phase("load")
         common = {
             "device": "cuda:0" if self.device.type == "cuda" else "cpu",
             "limits": dataclasses.asdict(sandbox.Limits(
@@ -1357,6 +1364,7 @@ class Judge:
         # get first_call_timeout_s on top of the per-call bound.
         allowance = cfg.first_call_timeout_s
         start = time.monotonic()
+        self._phase("correctness")
         timing_start: float | None = None
         # Times count from the first batch planned after the owner's go (RoundsHold); before it a
         # standby judge of this device may still be starting up, so those rounds are only checked.
@@ -1470,10 +1478,12 @@ class Judge:
                 self._hold.released(wait=True)
                 counted_from = timing_start = time.monotonic()
                 self.phases["held_for_standby"] = counted_from - t_hold
+                self._phase("timing")
                 continue
             if timing_start is None:
                 timing_start = time.monotonic()
                 self.phases["correctness"] = timing_start - start
+                self._phase("timing")
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
             exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
             exchange_charge = exchange_excess if cfg.exchange_charged else 0

@@ -28,6 +28,21 @@ from evalfarm.server.gpus import gpu_names, gpu_uuids, nvml_missing, parse_gpu_l
 log = logging.getLogger("evalfarm.server")
 
 LISTENING_PREFIX = "evalfarm serve: listening on "
+_LISTENING_RE = re.compile(r"listening on (.+?):(\d+)(?:;|$)")
+
+
+def listening_line(host: str, port: int, metrics: str | None, health: str | None) -> str:
+    """The line `evalfarm serve` prints on stdout once it serves: its address, then where its
+    metrics and its plaintext health service are (or the flag that turns each on)."""
+    return (f"{LISTENING_PREFIX}{host}:{port}; "
+            f"metrics {f'http://{metrics}/metrics' if metrics else 'off (--metrics-port)'}; "
+            f"health {health or 'on the main port (--health-port for a plaintext one)'}")
+
+
+def listening_port(line: str) -> int | None:
+    """The main port in a listening line (None for any other line)."""
+    m = _LISTENING_RE.search(line.strip())
+    return int(m.group(2)) if m and line.startswith(LISTENING_PREFIX) else None
 
 
 def wait_for_listening_port(proc: subprocess.Popen[str], timeout: float) -> int | None:
@@ -40,9 +55,9 @@ def wait_for_listening_port(proc: subprocess.Popen[str], timeout: float) -> int 
     def reader() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            m = re.search(r"listening on .*:(\d+)$", line.strip())
-            if m:
-                found.append(int(m.group(1)))
+            port = listening_port(line)
+            if port is not None:
+                found.append(port)
                 return
 
     t = threading.Thread(target=reader, daemon=True)
@@ -64,47 +79,66 @@ DEFAULTS: dict[str, Any] = {
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    p = parser
-    p.add_argument("--config", default=None, help="TOML file of these settings (flags override it)")
-    p.add_argument("--port", type=int, help="0 picks a free port (printed on start); default 50051")
-    p.add_argument("--host", help="address to bind (non-loopback needs a token); default 127.0.0.1")
-    p.add_argument("--gpus", help="'all' or a list like 0,1: one slot per GPU")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="cpu: CPU slots (testing)")
-    p.add_argument("--slots", type=int, help="number of CPU slots (cpu mode); default 1")
-    p.add_argument("--queue-limit", type=int, help="requests waiting for a slot; default 64")
-    p.add_argument("--auth-token-file", help="file holding the bearer token (two lines during a rotation; "
-                   "re-read when it changes)")
-    p.add_argument("--tls-cert", help="server certificate (PEM; re-read when it changes)")
-    p.add_argument("--tls-key", help="server key (PEM)")
-    p.add_argument("--tls-client-ca", help="require client certificates (mTLS)")
-    p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port")
+    p = _WithDefaults(parser)
+    p.add_argument("--config", default=None, metavar="FILE", help="TOML file of these settings (flags override it)")
+    p.add_argument("--port", type=int, help="gRPC port; 0 picks a free one (printed on start)")
+    p.add_argument("--host", help="address to bind (non-loopback needs a token)")
+    p.add_argument("--gpus", help="'all' or a list like 0,1: one slot per GPU (default: all with --device cuda, "
+                   "else none: CPU slots)")
+    p.add_argument("--device", choices=("cpu", "cuda"),
+                   help="cpu: CPU slots (testing); cuda: one slot per GPU of --gpus (default: cuda with --gpus, "
+                        "else cpu)")
+    p.add_argument("--slots", type=int, help="number of CPU slots (cpu mode)")
+    p.add_argument("--queue-limit", type=int, help="requests waiting for a slot; more are refused (RESOURCE_EXHAUSTED)")
+    p.add_argument("--auth-token-file", metavar="FILE",
+                   help="file holding the bearer token (two lines during a rotation; re-read when it changes)")
+    p.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM; re-read when it changes)")
+    p.add_argument("--tls-key", metavar="FILE", help="server key (PEM)")
+    p.add_argument("--tls-client-ca", metavar="FILE", help="require client certificates (mTLS) signed by this CA")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics over HTTP on this port (0: a free one)")
     p.add_argument("--health-port", type=int,
                    help="also serve the gRPC health service alone, in plaintext, on this port "
                         "(for kubelet gRPC probes when the main port uses TLS)")
-    p.add_argument("--kernelbench-root", help="resolve KernelBench task ids")
-    p.add_argument("--cache-dir", help="cache root shared with `evalfarm score`: <dir>/build (compiled "
-                   "extensions), <dir>/results.sqlite (results); default ~/.cache/evalfarm "
-                   "($EVALFARM_CACHE_DIR sets it)")
-    p.add_argument("--build-workers", type=int, help="compile pool size; default 2")
+    p.add_argument("--kernelbench-root", metavar="DIR",
+                   help="resolve task names in this KernelBench checkout (default: the built-in suite)")
+    p.add_argument("--cache-dir", metavar="DIR", help="cache root shared with `evalfarm score`: <dir>/build (compiled "
+                   "extensions), <dir>/results.sqlite (results); $EVALFARM_CACHE_DIR sets its default")
+    p.add_argument("--build-workers", type=int, help="compile pool size")
     p.add_argument("--warm-judges", type=int,
                    help="judge processes per slot started ahead of need (interpreter, torch, CUDA context and "
                         "both workers ready before a candidate arrives; each still serves one evaluation); "
-                        "0 starts each on demand; default 1 on GPU slots, 0 on CPU slots")
+                        "0 starts each on demand (default: 1 on GPU slots, 0 on CPU slots)")
     p.add_argument("--standby-hold", choices=("on", "off"),
-                   help="on (default): while a standby judge of its device starts up, an evaluation checks its "
+                   help="on: while a standby judge of its device starts up, an evaluation checks its "
                         "rounds but sets their times aside (a start-up competes for CPU and the GPU); off: "
-                        "those rounds are timed too (docs/benchmarks.md, 2b)")
-    p.add_argument("--max-source-bytes", type=int)
-    p.add_argument("--drain-timeout", type=float, help="seconds to finish work on SIGTERM; default 60")
-    p.add_argument("--max-eval-seconds", type=float, help="hard limit per evaluation; default 1800")
-    p.add_argument("--log-level", help="default INFO")
-    p.add_argument("--log-format", choices=FORMATS, help="logfmt (default) or json; UTC timestamps")
+                        "those rounds are timed too (docs/benchmarks.md, \"2b. Daemon benchmark\")")
+    p.add_argument("--max-source-bytes", type=int,
+                   help="largest candidate or task source accepted; a larger one is refused (INVALID_ARGUMENT)")
+    p.add_argument("--drain-timeout", type=float, help="seconds to finish work on SIGTERM before cancelling it")
+    p.add_argument("--max-eval-seconds", type=float, help="hard limit per evaluation")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    p.add_argument("--log-format", choices=FORMATS, help="logfmt or json; UTC timestamps")
     p.add_argument("--fault-threshold", type=int,
                    help="CUDA_FAULT/TIMEOUT/INFRA_ERROR results in a row that take a slot out of "
-                        "service until a known-good probe passes (0: never); default 3")
-    p.add_argument("--probe-interval", type=float, help="seconds before re-probing a failed slot; default 60")
+                        "service until a known-good probe passes (0: never)")
+    p.add_argument("--probe-interval", type=float, help="seconds before re-probing a failed slot")
     p.add_argument("--exit-with-parent", action="store_true", default=None,
                    help="drain and exit when the process that started the daemon dies")
+
+
+class _WithDefaults:
+    """Adds serve flags with their default from DEFAULTS (what resolve_args applies) said once in
+    the help; the flags themselves default to None, so a flag given can be told from one left out."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+    def add_argument(self, *names: str, **kwargs: Any) -> None:
+        default = DEFAULTS.get(names[0].lstrip("-").replace("-", "_"))
+        text = kwargs.get("help") or ""
+        if default not in (None, False) and "(default" not in text:
+            kwargs["help"] = f"{text} (default: {default})"
+        self.parser.add_argument(*names, **kwargs)
 
 
 def resolve_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -210,9 +244,8 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     from evalfarm.server.daemon import run_daemon
 
-    def announce(daemon: object) -> None:
-        port = getattr(daemon, "port", None)
-        print(f"{LISTENING_PREFIX}{config.host}:{port}", flush=True)
+    def announce(daemon: Any) -> None:
+        print(listening_line(config.host, daemon.port, daemon.metrics_address, daemon.health_address), flush=True)
 
     if args.exit_with_parent:
         _watch_parent(os.getppid())

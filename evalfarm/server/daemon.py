@@ -80,6 +80,7 @@ class Daemon:
         self.server: grpc.aio.Server | None = None
         self.health_server: grpc.aio.Server | None = None
         self.health_port: int | None = None
+        self._health_host = "127.0.0.1"
         self.port: int | None = None
         self._metrics_http: Any = None
         self._stop = asyncio.Event()
@@ -144,6 +145,7 @@ class Daemon:
             hs = grpc.aio.server()
             health_pb2_grpc.add_HealthServicer_to_server(self.health, hs)
             health_host = "127.0.0.1" if not cfg.authenticated else "0.0.0.0"
+            self._health_host = health_host
             self.health_port = hs.add_insecure_port(_address(health_host, cfg.health_port))
             await hs.start()
             self.health_server = hs
@@ -151,11 +153,26 @@ class Daemon:
             addr = "127.0.0.1" if not cfg.authenticated else "0.0.0.0"
             self._metrics_http = self.metrics.serve(cfg.metrics_port, addr=addr)
         log.info(
-            "event=listening address=%s port=%d slots=%d mode=%s queue_limit=%d auth=%s tls=%s",
+            "event=listening address=%s port=%d slots=%d mode=%s queue_limit=%d auth=%s tls=%s metrics=%s health=%s",
             cfg.host, port, cfg.slots, cfg.device_mode, cfg.queue_limit,
-            cfg.authenticated, cfg.tls,
+            cfg.authenticated, cfg.tls, self.metrics_address or "off", self.health_address or "main port",
         )
         return port
+
+    @property
+    def metrics_address(self) -> str | None:
+        """HOST:PORT of the /metrics endpoint, or None when it is off."""
+        if self._metrics_http is None:
+            return None
+        host, port = self._metrics_http[0].server_address[:2]
+        return f"{_address(str(host), int(port))}"
+
+    @property
+    def health_address(self) -> str | None:
+        """HOST:PORT of the plaintext health-only server, or None when there is none."""
+        if self.health_server is None or self.health_port is None:
+            return None
+        return _address(self._health_host, self.health_port)
 
     def request_stop(self) -> None:
         """Begin a graceful drain (what SIGTERM / SIGINT do)."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from evalfarm.client.wire import error_sample, result_to_pb
+from evalfarm.client.wire import DRAINING_DETAIL, error_sample, result_to_pb
 from evalfarm.config import ScoreConfig
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import build_ahead
@@ -209,11 +209,15 @@ class FarmService(pb_grpc.EvalFarmServicer):
                 )
             return prepare(req, self._resolver, self.config.max_source_bytes, stream)
         except TaskMismatch as err:
-            self.metrics.rejected.labels("invalid").inc()
-            raise RequestRejected(grpc.StatusCode.FAILED_PRECONDITION, str(err)) from None
+            raise self._invalid(grpc.StatusCode.FAILED_PRECONDITION, str(err), req.candidate.sample_id) from None
         except InvalidRequest as err:
-            self.metrics.rejected.labels("invalid").inc()
-            raise RequestRejected(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
+            raise self._invalid(grpc.StatusCode.INVALID_ARGUMENT, str(err), req.candidate.sample_id) from None
+
+    def _invalid(self, code: grpc.StatusCode, reason: str, sample_id: str = "") -> RequestRejected:
+        """A request refused for what it holds: counted, and logged once here with its reason."""
+        self.metrics.rejected.labels("invalid").inc()
+        log.warning("event=invalid_request code=%s sample_id=%s reason=%r", code.name, sample_id, reason[:500])
+        return RequestRejected(code, reason)
 
     async def _race(self, fut: asyncio.Future[Any], deadline: float | None) -> str:
         """Wait for fut, the deadline or the drain abort; says which came first."""
@@ -266,7 +270,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
                 return self._finish(prep, hit, None, t0, 0.0, cached=True)
         if self.draining:
             self.metrics.rejected.labels("draining").inc()
-            raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
+            raise RequestRejected(grpc.StatusCode.UNAVAILABLE, DRAINING_DETAIL)
 
         self._active += 1
         self._idle.clear()
@@ -479,9 +483,9 @@ class FarmService(pb_grpc.EvalFarmServicer):
         try:
             if self.draining:
                 self.metrics.rejected.labels("draining").inc()
-                raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
+                raise RequestRejected(grpc.StatusCode.UNAVAILABLE, DRAINING_DETAIL)
             if isinstance(request, MalformedRequest):
-                raise RequestRejected(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+                raise self._invalid(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             prep = await self._prepare(request, stream=False)
             return await self._score(prep, self._deadline(context))
         except RequestRejected as err:
@@ -503,7 +507,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
             try:
                 if self.draining:
                     self.metrics.rejected.labels("draining").inc()
-                    raise RequestRejected(grpc.StatusCode.UNAVAILABLE, "daemon draining: try another host")
+                    raise RequestRejected(grpc.StatusCode.UNAVAILABLE, DRAINING_DETAIL)
                 prep = await self._prepare(req, stream=True)
                 sample = await self._score(prep, self._deadline(context))
             except RequestRejected as err:
@@ -525,7 +529,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
                 async for req in request_iterator:
                     self.metrics.requests.labels("ScoreStream").inc()
                     if isinstance(req, MalformedRequest):  # answer what came before, then refuse
-                        raise RequestRejected(grpc.StatusCode.INVALID_ARGUMENT, req.message)
+                        raise self._invalid(grpc.StatusCode.INVALID_ARGUMENT, req.message)
                     pending += 1
                     task = asyncio.ensure_future(item(req))
                     items.add(task)
@@ -558,7 +562,8 @@ class FarmService(pb_grpc.EvalFarmServicer):
 
     async def Capacity(self, request: pb.CapacityRequest, context: grpc.aio.ServicerContext) -> pb.CapacityResponse:
         if isinstance(request, MalformedRequest):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+            err = self._invalid(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+            await context.abort(err.code, err.message)
         return pb.CapacityResponse(
             slots=self.slots.slots,
             free_slots=self.slots.free,

@@ -43,8 +43,10 @@ class Prepared:
     reverification: bool = False  # runs ahead of queued ordinary work; never from the cache
 
 
-def decode_source(raw: bytes, what: str, limit: int) -> str:
-    if not raw:
+def decode_source(raw: bytes, what: str, limit: int, allow_empty: bool = False) -> str:
+    """The UTF-8 text of a source field; ``allow_empty``: an empty or blank source is text too
+    (a candidate's: scored, as a local score would, not refused)."""
+    if not raw and not allow_empty:
         raise InvalidRequest(f"{what} is empty")
     if len(raw) > limit:
         raise InvalidRequest(f"{what} is {len(raw)} bytes; the limit is {limit} (--max-source-bytes)")
@@ -52,7 +54,7 @@ def decode_source(raw: bytes, what: str, limit: int) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise InvalidRequest(f"{what} is not valid UTF-8 (byte {err.start})") from None
-    if not text.strip():
+    if not text.strip() and not allow_empty:
         raise InvalidRequest(f"{what} is only whitespace")
     return text
 
@@ -124,7 +126,8 @@ def prepare(
         raise InvalidRequest(f"candidate.tags: at most {MAX_TAGS} tags of {MAX_TAG_BYTES} bytes each")
     if req.deadline_s < 0:
         raise InvalidRequest("deadline_s must be >= 0")
-    source = decode_source(cand_msg.source, "candidate.source", max_source_bytes)
+    # An empty candidate is the candidate's failure (LOAD_ERROR), as a local score says, not a bad request.
+    source = decode_source(cand_msg.source, "candidate.source", max_source_bytes, allow_empty=True)
 
     kind = req.task.WhichOneof("kind") if req.HasField("task") else None
     if kind is None:

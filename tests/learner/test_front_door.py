@@ -32,6 +32,54 @@ def test_help_lists_commands_fields_choices_and_an_example(argv, capsys):
         assert "--config.tasks.programs='mixture'" in out
 
 
+def _leaves(cfg, prefix=""):
+    for key, value in cfg.items():
+        if hasattr(value, "items"):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+@pytest.mark.parametrize(("argv", "config"), [
+    (["train", "--help"], "common"), (["train", "--config", DEMO, "--help"], "demo"),
+    (["experiment", "--help"], "speed_mixture")])
+def test_help_gives_every_field_its_default_and_a_one_line_description(argv, config, capsys):
+    import importlib
+
+    module = importlib.import_module(f"configs.{config}")
+    cfg = module.base_config() if config == "common" else module.get_config()
+    assert main(argv) == 0
+    lines = {line.split("=", 1)[0].removeprefix("  --config."): line
+             for line in capsys.readouterr().out.splitlines() if line.startswith("  --config.")}
+    leaves = dict(_leaves(cfg))
+    assert set(lines) == set(leaves)
+    for field, value in leaves.items():
+        default, sep, description = lines[field].partition(f"={value!r}   ")
+        assert sep, f"{field}: its default {value!r} is not shown: {lines[field]}"
+        assert len(description.strip()) >= 8, f"{field} has no description: {lines[field]}"
+
+
+def test_descriptions_come_from_the_config_files_own_comments(tmp_path):
+    from learner.config_docs import descriptions_for, field_descriptions
+
+    f = tmp_path / "mine.py"
+    f.write_text(
+        "def get_config():\n"
+        "    c = base_config()\n"
+        "    c.rl.group_size = 16  # a note on this value, not the field's description\n"
+        "    # Several lines of explanation. Only the first sentence is the one-line description.\n"
+        "    c.mine = ml_collections.ConfigDict()\n"
+        "    c.mine.speed = 3  # how fast\n"
+        "    c.mine.quiet = True\n"
+        "    return c\n")
+    own = field_descriptions(f)
+    assert own == {"rl.group_size": "a note on this value, not the field's description",
+                   "mine": "Several lines of explanation", "mine.speed": "how fast"}
+    merged = descriptions_for(f)
+    assert merged["rl.group_size"] == "samples per prompt (the GRPO group)"  # configs/common.py's
+    assert merged["mine.speed"] == "how fast" and "mine.quiet" not in merged
+
+
 def test_top_level_help_lists_every_command(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--help"])

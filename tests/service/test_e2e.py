@@ -97,7 +97,8 @@ def test_stream_rpc_real(spawn_daemon) -> None:
     with grpc.insecure_channel(d.target) as ch:
         out = {o.sample_id: o for o in pb_grpc.EvalFarmStub(ch).ScoreStream(iter(reqs), timeout=240)}
     assert out["w"].verdict == pb.VERDICT_INCORRECT
-    assert out["empty"].error.code_name == "INVALID_ARGUMENT"
+    # An empty candidate is scored, as a local score would (LOAD_ERROR), not refused.
+    assert out["empty"].verdict == pb.VERDICT_LOAD_ERROR and "empty" in out["empty"].detail
     assert out["x"].error.code_name == "INVALID_ARGUMENT" and "unknown task" in out["x"].error.message
 
 

@@ -56,7 +56,6 @@ def test_infra_error_not_cached(daemon_factory) -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r.candidate.ClearField("source"), "candidate.source is empty"),
         (lambda r: setattr(r.candidate, "source", b"x" * 2000), "limit is 1000"),
         (lambda r: setattr(r.candidate, "source", b"class ModelNew:\n  s='\xff\xfe'\n"), "not valid UTF-8"),
         (lambda r: setattr(r.task, "name", "L9/999"), "unknown task"),
@@ -78,9 +77,10 @@ def test_bad_input_is_invalid_argument(daemon_factory, mutate, message) -> None:
     assert d.backend.started == 0
 
 
-@pytest.mark.parametrize("source", [b"def f(:\n", b"class Other: pass\n"])
+@pytest.mark.parametrize("source", [b"def f(:\n", b"class Other: pass\n", b"", b" \n\t\n"])
 def test_broken_candidate_is_scored_not_rejected(daemon_factory, source) -> None:
-    """A syntax error or a missing ModelNew is the candidate's failure (a verdict), never INVALID_ARGUMENT."""
+    """A syntax error, a missing ModelNew or an empty source is the candidate's failure (a verdict, as
+    a local score gives), never INVALID_ARGUMENT."""
     d = daemon_factory()
     ch, stub = d.stub()
     req = request(fake_source())
@@ -147,7 +147,7 @@ def test_stream_out_of_order_and_per_item_errors(daemon_factory) -> None:
     ch, stub = d.stub()
     sleeps = {"slow": 0.8, "mid": 0.4, "fast": 0.05}
     reqs = [request(fake_source(sleep=s, salt=k), k) for k, s in sleeps.items()]
-    reqs.insert(1, request("", "empty"))
+    reqs.insert(1, request(fake_source(), "unknown", task="L9/999"))
     reqs.insert(2, request(fake_source(), ""))  # sample id is required in streams
     reqs.append(request(fake_source(salt="deadline", sleep=5), "deadline"))
     reqs[-1].deadline_s = 0.3
@@ -155,8 +155,8 @@ def test_stream_out_of_order_and_per_item_errors(daemon_factory) -> None:
         out = list(stub.ScoreStream(iter(reqs), timeout=20))
     by_id = {o.sample_id: o for o in out}
     assert len(out) == 6
-    assert by_id["empty"].verdict == pb.VERDICT_UNSPECIFIED
-    assert by_id["empty"].error.code_name == "INVALID_ARGUMENT"
+    assert by_id["unknown"].verdict == pb.VERDICT_UNSPECIFIED
+    assert by_id["unknown"].error.code_name == "INVALID_ARGUMENT"
     assert "sample_id is required" in by_id[""].error.message
     order = [o.sample_id for o in out if o.sample_id in sleeps]
     assert order == ["fast", "mid", "slow"]
