@@ -78,7 +78,7 @@ from evalfarm import bubblewrap, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak, nvml_clock_reader, nvml_clocks
-from evalfarm.judge import diagnose, gpu_lease, wire
+from evalfarm.judge import diagnose, extension_facts, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.inputs import InputSource
@@ -461,6 +461,8 @@ class Judge:
         self.candidate_source = request["candidate_source"]
         self.cache_dir = request["cache_dir"]
         self.expected_extensions = request.get("expected_extensions") or {}
+        # Calls the build pool failed to build: the worker's load_inline raises these (evalfarm.build.hook).
+        self.failed_extensions = request.get("failed_extensions") or {}
         self.arch = request["arch"]
         # What an earlier judge of this task measured (evalfarm.judge.task_facts); never seed- or
         # candidate-dependent, and checked before use.
@@ -719,7 +721,7 @@ class Judge:
         wire.send_pickle(self.cand.conn, {
             **common, "role": CANDIDATE, "candidate_source": self.candidate_source,
             "cache_dir": self.cache_dir, "arch": self.arch, **facts,
-            "expected_extensions": self.expected_extensions,
+            "expected_extensions": self.expected_extensions, "failed_extensions": self.failed_extensions,
             "in_arena": self.arenas[CANDIDATE, "in"].handle(), "out_arena": self.arenas[CANDIDATE, "out"].handle(),
         })
         ready = self._recv(self.ref, cfg.load_timeout_s, "loading the reference")
@@ -732,6 +734,9 @@ class Judge:
         self._stop(REFERENCE)
         self._stop(CANDIDATE)
         self.evidence.build["worker_extensions"] = ready.get("extensions", [])
+        raised = extension_facts.worker_build_failures(ready.get("build_failures"))
+        if raised:  # build failures the candidate caught and went on past
+            self.evidence.build["worker_build_failures"] = raised
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
         if self._hold is not None:
