@@ -36,6 +36,8 @@ def test_caught_failure_falls_back_and_scores_ok_with_the_failure_in_the_evidenc
     assert build["extensions"] == [] and build["worker_extensions"] == []
     # The worker raised the pool's failure (nothing compiled there) and the candidate went on.
     assert build["worker_build_failures"] == [{"name": failed["name"], "key": failed["key"], "recorded": True}]
+    # None of its time can be in kernels of its own: it loaded none.
+    assert build["own_kernels"]["measured"] is False and build["own_kernels"]["own_fraction"] == 0.0
 
 
 def test_uncaught_failure_is_compile_error_with_the_compilers_output(task, data_dir, build_pool):
@@ -71,6 +73,8 @@ def test_one_extension_fails_others_build_and_a_corrected_source_is_discovered(t
     assert [e["name"] for e in build["extensions"]] == ["evalfarm_test_retry_first", "evalfarm_test_retry_fixed"]
     assert [(e["name"], e["cache_hit"]) for e in build["worker_extensions"]] == [
         ("evalfarm_test_retry_first", True), ("evalfarm_test_retry_fixed", True)]
+    assert build["own_kernels"] == {"measured": False, "note": build["own_kernels"]["note"]}
+    assert "not measured on CPU" in build["own_kernels"]["note"]
 
 
 def _candidate(body: str) -> str:

@@ -168,6 +168,8 @@ CLOCK_BEHIND_EVENTS_FRACTION = 0.1
 # The input index of the profiled call (--profile): never one of the rounds' (0, 1, ...) or the
 # judge's own set-up calls (-1, -2, -3), so it is fresh to the candidate.
 PROFILE_INPUT_INDEX = -4
+# Likewise for the call profiled for the share of GPU time in the candidate's own kernels.
+KERNELS_INPUT_INDEX = -5
 PROFILE_TIMEOUT_S = 120.0
 # How long the judge waits for its owner's go (no standby judge of the same device still starting
 # up), counted from its first round; past that it goes on.
@@ -463,6 +465,7 @@ class Judge:
         self.expected_extensions = request.get("expected_extensions") or {}
         # Calls the build pool failed to build: the worker's load_inline raises these (evalfarm.build.hook).
         self.failed_extensions = request.get("failed_extensions") or {}
+        self._extension_files: list[str] = []  # the .so files the candidate loaded (_check_symbols)
         self.arch = request["arch"]
         # What an earlier judge of this task measured (evalfarm.judge.task_facts); never seed- or
         # candidate-dependent, and checked before use.
@@ -745,6 +748,8 @@ class Judge:
         result = self._measure()
         if self.diagnostics.profile_dir and not self.correctness_only:
             self.evidence.diagnostics["profile"] = self._profile(profile)
+        if result.ok and not self.correctness_only and (ready.get("extensions") or self.failed_extensions or raised):
+            self.evidence.build["own_kernels"] = self._own_kernels(bool(ready.get("extensions")))
         return result
 
     def _setup_clock(self, t0: float) -> Any:
@@ -786,6 +791,30 @@ class Judge:
                 "task_name": self.task.name, "task_source": self.task.source, "size_profiles": self.task.size_profiles,
                 "profile": size_profile, "candidate_source": self.candidate_source, "cache_dir": self.cache_dir,
                 "arch": self.arch})
+
+    def _own_kernels(self, loaded: bool) -> dict[str, Any]:
+        """How much of the candidate's GPU time runs in its own extensions' kernels: one extra,
+        untimed call under the CUDA profiler with fresh inputs (evalfarm.judge.extension_facts).
+        Evidence for a learner, never a verdict."""
+        if not loaded:
+            return extension_facts.no_own_extension()
+        if self.device.type != "cuda":
+            return extension_facts.not_measured(extension_facts.CPU_NOTE)
+        if not self._extension_files:
+            return extension_facts.not_measured("the built extensions were not found to read their names")
+        own, note = extension_facts.own_kernel_names(self._extension_files)
+        inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(KERNELS_INPUT_INDEX)]
+        spec = diagnose.write_inputs(self.arenas[CANDIDATE, "in"], inputs)
+        torch.cuda.synchronize(self.device)
+        self._resume(CANDIDATE)
+        try:
+            wire.send_json(self.cand.conn, {"op": "kernels", "in": spec})
+            reply = wire.recv_json(self.cand.conn, PROFILE_TIMEOUT_S + self._call_limit_s())
+        except (TimeoutError, OSError, wire.PeerClosed, wire.ProtocolError) as err:
+            reply = {"op": "kernels_failed", "detail": f"the candidate worker did not answer: {type(err).__name__}"}
+        finally:
+            self._stop(CANDIDATE)
+        return extension_facts.kernel_share(reply, own, note)
 
     def _save_failing(self, plan: RoundPlan, reason: str, ref_out: list[Any], cand_out: list[Any]) -> None:
         """--save-failing-input: the judge writes the failing round's tensors (never the worker)."""
@@ -833,6 +862,7 @@ class Judge:
                 so = private  # built by the worker for itself (no verified cache entry)
             if so is None:
                 continue
+            self._extension_files.append(str(so))
             try:
                 findings = check_extension_symbols(so, policy)
             except ElfError as err:

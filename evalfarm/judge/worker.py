@@ -300,6 +300,8 @@ class Worker:
                 self.send({"op": "quiet", "quiet": quiet, "waited_s": waited})
             elif op == "profile" and self.role == CANDIDATE:
                 self.send(self.profile(msg))
+            elif op == "kernels" and self.role == CANDIDATE:
+                self.send(self.kernel_times(msg))
             else:
                 break
         self.conn.close()
@@ -507,6 +509,17 @@ class Worker:
         except BaseException as err:  # noqa: BLE001 - a failed profile is a note, not a verdict
             return {"op": "profile_failed", "detail": f"{type(err).__name__}: {err}"[:2000]}
         return {"op": "profiled", "files": files}
+
+    def kernel_times(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One extra, untimed call under the CUDA profiler, asked for by the judge after the
+        verdict's rounds: the device time of each kernel by name (evalfarm.judge.extension_facts)."""
+        from evalfarm.judge.extension_facts import profile_kernels
+
+        try:
+            kernels = profile_kernels(self.model, self._args(msg["in"]), self._sync, self.is_cuda)
+        except BaseException as err:  # noqa: BLE001 - a failed profile is a note, not a verdict
+            return {"op": "kernels_failed", "detail": f"{type(err).__name__}: {err}"[:2000]}
+        return {"op": "kernels", "kernels": kernels}
 
     def _structure_problem(self, outs: list[Any], raw: Any, slots: list[Any]) -> str:
         from evalfarm.judge.arena import DTYPES
