@@ -115,6 +115,7 @@ class Evaluation:
         # ends, or by a later sweep if this process dies.
         self._judges: list[JudgeProcess] = []
         self._expected_extensions: dict[str, dict[str, str]] = {}  # key -> file hashes the pool installed
+        self._failed_extensions: dict[str, dict[str, str]] = {}  # key -> the pool's failure, raised in the worker
         self._thread = threading.Thread(target=self._run, name="evaluation", daemon=True)
         self._thread.start()
 
@@ -210,6 +211,9 @@ class Evaluation:
                 continue
         phases["build"] = time.monotonic() - t0
         build_ev = {**report.to_dict(), "arch": arch}
+        # A call that failed to compile is no verdict by itself (it is raised in the worker, where the
+        # candidate may catch it: failed_extensions). A verdict here: a failure the discover step saw
+        # the module let out, a refused source (never the candidate's to catch), a timed-out build.
         if report.status in ("compile_error", "timeout"):
             detail = report.log if report.status == "compile_error" else report.log or "build timed out"
             verdict = Verdict.COMPILE_ERROR
@@ -217,6 +221,7 @@ class Evaluation:
         if report.status == "error":
             build_ev["note"] = "build runner failed; the worker builds on a cache miss"
         self._expected_extensions = report.expected_files()
+        self._failed_extensions = report.failed_builds()
         if self._cancelled:
             return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
         first = self._judge_run(arch, extra={"diagnostics": self.diagnostics.to_dict()})
@@ -284,7 +289,8 @@ class Evaluation:
                 "config": cfg.to_dict(), "task_name": task.name, "task_source": task.source,
                 "size_profiles": task.size_profiles, "candidate_source": self.candidate.source,
                 "cache_dir": str(self.pool.cache_dir), "arch": arch,
-                "expected_extensions": self._expected_extensions, "task_facts": self.facts.get(facts_key),
+                "expected_extensions": self._expected_extensions, "failed_extensions": self._failed_extensions,
+                "task_facts": self.facts.get(facts_key),
                 **(extra or {}),
             })
         except OSError:

@@ -43,6 +43,24 @@ def test_inline_cuda_candidate_builds_for_the_device_arch_and_scores(relu_task, 
         assert 0 < floor["floor_us"] < r.evidence.timing.cand_time_us_median, floor
 
 
+def test_own_kernels_share_of_gpu_time(relu_task, data_dir, build_pool):
+    """The evidence says how much of one profiled call's GPU time ran in the candidate's own
+    extensions' kernels (evalfarm.judge.extension_facts): all of it for the inline relu; none for a
+    candidate whose broken extension's build failure it caught, running torch.relu instead (its
+    other extension loaded and never called)."""
+    r = _score(relu_task, data_dir, "cand_cuda_relu.py", build_pool, num_correctness_inputs=50, timing_budget_s=1.0)
+    assert r.verdict is Verdict.OK, r.detail
+    own = r.evidence.build["own_kernels"]
+    assert own["measured"] and own["own_fraction"] > 0.9, own
+    assert [k["name"].split("(")[0] for k in own["kernels"] if k["own"]] == ["relu_kernel"], own
+    r = _score(relu_task, data_dir, "cand_cuda_caught_failure.py", build_pool, num_correctness_inputs=50,
+               timing_budget_s=1.0)
+    assert r.verdict is Verdict.OK, r.detail
+    assert [e["name"] for e in r.evidence.build["failed_extensions"]] == ["evalfarm_gpu_relu_broken"]
+    own = r.evidence.build["own_kernels"]
+    assert own["measured"] and own["total_us"] > 0 and own["own_fraction"] == 0.0, own
+
+
 def test_peak_dram_bandwidth_from_nvml_matches_the_device():
     import torch
 

@@ -9,10 +9,23 @@ each compiled result and installs it in the cache (``ExtensionCache.install``); 
 the cache. The hashes it installed are kept and handed to the worker through the judge, so an
 entry changed afterwards is not loaded. Identical requests in flight are built once; the
 extension cache makes repeated ones free.
+
+A call that does not compile is not a verdict by itself: the candidate may catch the error, as
+it could under plain Python. The failure (its key, the compiler's log, the exception load_inline
+raised) is recorded in the report (``failed_extensions``) and handed to the worker through the
+judge, where the candidate's call raises it; discover runs again with the failures raised, so a
+module that catches one and calls load_inline with another source has that call built too. A
+build is a verdict (``compile_error``) when the discover step saw the module let a failure out
+(the worker would too; the child can only say so of a key this pool failed, so it can only cost
+the candidate itself), or when a source is refused (``evalfarm.build.includes``: the farm declines
+to compile it, which is no compiler's answer the candidate could handle). Failures are
+remembered in this process's memory (keyed like the cache, bounded, never on disk, never a
+timed-out or memory-killed build), so the same broken source is not compiled for every candidate.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -26,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm import bubblewrap, cgroup, confine, lifetime, sandbox
+from evalfarm.build import includes
 from evalfarm.build.cache import CacheTampered, ExtensionCache, extension_key
-from evalfarm.build.hook import truncate, uses_inline_extensions
+from evalfarm.build.hook import error_type, truncate, uses_inline_extensions
 
 log = logging.getLogger(__name__)
 # /tmp and /dev/shm of a build child inside bubblewrap (its compiler's temporary files go to its
@@ -39,20 +53,39 @@ BUILD_SCRATCH_BYTES = 256 << 20
 BUILD_MEMORY_BYTES = 16 << 30
 # How often a waiting build checks whether its cgroup's OOM killer acted.
 OOM_POLL_S = 0.25
+# Discover runs again (with the failures found so far raised) while a run finds a new failure: the
+# first run and at most this many more in all.
+MAX_DISCOVER_PASSES = 4
+# Failed builds remembered by a pool (least recently used dropped first); a log is at most 16 KB.
+MAX_REMEMBERED_FAILURES = 1024
+# A failed extension's log in the evidence (the COMPILE_ERROR detail keeps the whole, up to 16 KB).
+EVIDENCE_LOG_CHARS = 8000
 
 
 @dataclasses.dataclass
 class BuildReport:
-    status: str  # "ok" | "skipped" | "compile_error" | "timeout" | "error"
+    # "ok" (every call built, or failed in a way the candidate may catch: failed_extensions) |
+    # "skipped" | "compile_error" (a failure the module let out, or a refused source) | "timeout" | "error"
+    status: str
     seconds: float = 0.0
     log: str = ""
     extensions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     deduped: bool = False
     isolation: list[str] = dataclasses.field(default_factory=list)  # what the discovering child obtained
+    # Calls that did not compile: {"name", "key", "type" (the exception load_inline raised),
+    # "message" (its text), "log" (the compiler's output, redacted), "cache_hit" (remembered by
+    # the pool: not compiled again), "seconds"}.
+    failed_extensions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    refused: bool = False  # a source refused (evalfarm.build.includes): a verdict, never raised to the candidate
 
     def expected_files(self) -> dict[str, dict[str, str]]:
         """``{key: file hashes}`` as the pool installed or verified them (for the worker's loads)."""
         return {str(e["key"]): e["files"] for e in self.extensions if isinstance(e.get("files"), dict)}
+
+    def failed_builds(self) -> dict[str, dict[str, str]]:
+        """``{key: {"name", "type", "message", "log"}}``: the failures the worker's load_inline raises."""
+        return {str(e["key"]): {k: str(e.get(k, "")) for k in ("name", "type", "message", "log")}
+                for e in self.failed_extensions}
 
     @property
     def cache_hits(self) -> int:
@@ -61,6 +94,10 @@ class BuildReport:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["cache_hits"] = self.cache_hits
+        # The evidence: what failed and why (the exception's message repeats the log: left out).
+        d["failed_extensions"] = [{**{k: v for k, v in e.items() if k != "message"},
+                                   "log": truncate(str(e.get("log", "")), EVIDENCE_LOG_CHARS)}
+                                  for e in self.failed_extensions]
         return d
 
 
@@ -83,11 +120,17 @@ class BuildPool:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="build")
         self._lock = threading.Lock()
         self._in_flight: dict[str, concurrent.futures.Future[BuildReport]] = {}
-        self._counts = {"builds": 0, "skipped": 0, "deduped": 0, "hits": 0, "misses": 0, "failures": 0}
+        # failures: builds whose report is not "ok"; failed_compiles: calls compiled here that failed;
+        # failure_hits: calls whose failure was remembered (not compiled again).
+        self._counts = {"builds": 0, "skipped": 0, "deduped": 0, "hits": 0, "misses": 0, "failures": 0,
+                        "failed_compiles": 0, "failure_hits": 0}
         self._procs: set[subprocess.Popen] = set()
         self._closed = False
         self._tools: dict[str, dict[str, dict[str, str]]] = {}  # arch -> {"False"|"True": toolchain}
         self._installed: dict[str, dict[str, str]] = {}  # key -> file hashes, as this pool installed them
+        # key -> a failed build's record, as this pool's compile child reported it (memory only:
+        # nothing a candidate's process can write is ever read back as a failure).
+        self._failures: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
 
     @property
     def cache_dir(self) -> Path:
@@ -178,8 +221,10 @@ class BuildPool:
         try:
             with open(result_path) as f:
                 result = json.load(f)
-            if isinstance(result, dict) and note and "log" in result:
-                result["log"] = note + str(result["log"] or "")
+            if isinstance(result, dict) and note:
+                result["oom"] = True  # the farm's limit ended it: such a failure is never remembered
+                if "log" in result:
+                    result["log"] = note + str(result["log"] or "")
             return (result if isinstance(result, dict) else None), text
         except (OSError, ValueError):
             return None, f"build process exited with code {proc.returncode} without a result\n{text}"
@@ -249,37 +294,83 @@ class BuildPool:
         tmp = run.path
         start = time.monotonic()
         deadline = start + timeout_s
+        extensions: list[dict[str, Any]] = []
+        failed: dict[str, dict[str, Any]] = {}  # key -> failure, in the order found
         try:
-            found, text = self._child({"mode": "discover", "source": source}, tmp, arch, deadline)
-            if found is None:
-                return self._count(BuildReport("error", time.monotonic() - start, text))
-            extensions = []
-            for ext in found.get("extensions", []):
-                if not isinstance(ext, dict) or not isinstance(ext.get("spec"), dict):
-                    continue
-                done = self._ensure(ext["spec"], arch, tmp, deadline)
-                if isinstance(done, BuildReport):
-                    done.seconds = time.monotonic() - start
-                    return self._count(done)
-                extensions.append(done)
+            seen: set[str] = set()
+            isolation: list[str] = []
+            for _ in range(MAX_DISCOVER_PASSES):
+                raised = {k: {f: str(v.get(f, "")) for f in ("name", "type", "message", "log")}
+                          for k, v in failed.items()}
+                found, text = self._child({"mode": "discover", "source": source, "failed": raised}, tmp, arch,
+                                          deadline)
+                if found is None:
+                    return self._count(BuildReport("error", time.monotonic() - start, text,
+                                                   failed_extensions=list(failed.values())))
+                isolation = isolation or [str(x) for x in found.get("isolation", [])][:8]
+                new_failure = False
+                for ext in found.get("extensions", []):
+                    if not isinstance(ext, dict) or not isinstance(ext.get("spec"), dict):
+                        continue
+                    spec = ext["spec"]
+                    key = self._key(spec, arch, tmp, deadline)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    done = self._ensure(spec, key, arch, tmp, deadline)
+                    if isinstance(done, BuildReport):
+                        done.seconds = time.monotonic() - start
+                        done.extensions, done.failed_extensions = extensions, list(failed.values())
+                        return self._count(done)
+                    if done.get("failed"):
+                        failed[key] = done
+                        new_failure = True
+                    else:
+                        extensions.append(done)
+                uncaught = found.get("uncaught_failure")
+                if isinstance(uncaught, str) and uncaught in raised:
+                    # The module let a failure out with it raised: so would the worker's (same module,
+                    # same failure). COMPILE_ERROR now, with the compiler's log, without a judge.
+                    return self._count(BuildReport(
+                        "compile_error", time.monotonic() - start, failed[uncaught]["log"], extensions,
+                        isolation=isolation, failed_extensions=list(failed.values())))
+                if not new_failure:
+                    break
             return self._count(BuildReport("ok", time.monotonic() - start, truncate(text), extensions,
-                                           isolation=[str(x) for x in found.get("isolation", [])][:8]))
+                                           isolation=isolation, failed_extensions=list(failed.values())))
         except (bubblewrap.SandboxUnavailable, BuildPoolClosed) as err:
             return self._count(BuildReport("error", time.monotonic() - start, str(err)))
         except TimeoutError:
             return self._count(BuildReport(
                 "timeout", time.monotonic() - start,
-                f"build did not finish within {timeout_s:.0f} s; its process group was killed"))
+                f"build did not finish within {timeout_s:.0f} s; its process group was killed",
+                extensions, failed_extensions=list(failed.values())))
         finally:
             run.close()
 
-    def _ensure(self, spec: dict[str, Any], arch: str, tmp: str, deadline: float) -> dict[str, Any] | BuildReport:
-        """The cache entry for one reported ``load_inline`` call, verified or freshly compiled and
-        installed here; a BuildReport when it does not compile."""
-        t0 = time.monotonic()
+    def _key(self, spec: dict[str, Any], arch: str, tmp: str, deadline: float) -> str:
+        """The content key of one reported call, computed here (never the child's word)."""
         with_cuda = bool(spec.get("cuda_sources")) or bool(spec.get("with_cuda"))
-        key = extension_key(spec, self._toolchain(arch, with_cuda, tmp, deadline))  # never the child's word
+        return extension_key(spec, self._toolchain(arch, with_cuda, tmp, deadline))
+
+    def _ensure(self, spec: dict[str, Any], key: str, arch: str, tmp: str,
+                deadline: float) -> dict[str, Any] | BuildReport:
+        """The cache entry for one reported ``load_inline`` call, verified or freshly compiled and
+        installed here; its failure record (``"failed": True``) when it does not compile (remembered
+        from an earlier build, or compiled now); a BuildReport when it may not be built at all (a
+        refused source) or the build runner failed."""
+        t0 = time.monotonic()
         name = str(spec.get("name", ""))
+        build_dir = os.path.join(tmp, "compile", key)
+        refused = includes.refused_include(_sources(spec), build_dir)  # checked here, not only by a child
+        if refused:
+            return BuildReport("compile_error", 0.0, f"building extension {name!r} refused: {refused}", refused=True)
+        with self._lock:
+            remembered = self._failures.get(key)
+            if remembered is not None:
+                self._failures.move_to_end(key)
+        if remembered is not None:
+            return {**remembered, "cache_hit": True, "seconds": time.monotonic() - t0}
         note = ""
         try:
             meta = self.cache.verify(key)
@@ -297,13 +388,22 @@ class BuildPool:
             log.warning("event=cache_entry_tampered key=%s detail=%r", key, note)
             self.cache.evict(key)
             note += "; rebuilt and reinstalled"
-        build_dir = os.path.join(tmp, "compile", key)
         os.makedirs(build_dir)
         result, text = self._child({"mode": "compile", "spec": spec, "build_dir": build_dir}, tmp, arch, deadline)
-        if result is None or result.get("status") not in ("ok", "compile_error"):
+        if result is None or result.get("status") not in ("ok", "compile_error", "refused"):
             return BuildReport("error", 0.0, text)
+        if result["status"] == "refused":
+            return BuildReport("compile_error", 0.0, truncate(str(result.get("log") or text)), refused=True)
         if result["status"] == "compile_error":
-            return BuildReport("compile_error", 0.0, truncate(str(result.get("log") or text)))
+            failure = {"name": name, "key": key, "failed": True, "type": error_type(result.get("type")),
+                       "message": truncate(str(result.get("message") or result.get("log") or text)),
+                       "log": truncate(str(result.get("log") or text))}
+            if not result.get("oom"):
+                with self._lock:
+                    self._failures[key] = failure
+                    while len(self._failures) > MAX_REMEMBERED_FAILURES:
+                        self._failures.popitem(last=False)
+            return {**failure, "cache_hit": False, "seconds": time.monotonic() - t0}
         entry, install_note = self.cache.install(key, Path(build_dir), {"spec": spec, "seconds": time.monotonic() - t0})
         files = self.cache.verify(key)["files"]
         self._installed[key] = files
@@ -320,6 +420,8 @@ class BuildPool:
                 self._counts["failures"] += 1
             for e in report.extensions:
                 self._counts["hits" if e.get("cache_hit") else "misses"] += 1
+            for e in report.failed_extensions:
+                self._counts["failure_hits" if e.get("cache_hit") else "failed_compiles"] += 1
         return report
 
     def close(self) -> None:
@@ -335,3 +437,13 @@ class BuildPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sources(spec: dict[str, Any]) -> list[str]:
+    """A reported call's C++ and CUDA sources (the report is a child's: only strings count)."""
+    out: list[str] = []
+    for field in ("cpp_sources", "cuda_sources"):
+        value = spec.get(field)
+        out += [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] \
+            if isinstance(value, list) else []
+    return out

@@ -6,8 +6,11 @@ Usage (internal): ``python -m evalfarm.build.runner < request.json``.
   may be computed). Candidate code runs here, so the process is untrusted: own session, resource
   limits, a private temp dir, no GPU visible, and its own network namespace (as the worker has).
   It compiles nothing and writes nothing outside its directory: a call with no verified cache
-  entry gets a stand-in module, and its spec is reported. Errors in the module are ignored here;
-  the candidate worker reports them.
+  entry gets a stand-in module, and its spec is reported. A call whose build the pool already saw
+  fail (``failed`` in the request) raises that failure, as load_inline would: a module that catches
+  it and calls load_inline again (a corrected source) has that call discovered too. Errors in the
+  module are ignored here (the candidate worker reports them), except that an uncaught build
+  failure is named (``uncaught_failure``: its key).
 * ``compile``: compiles one reported spec into a private directory, running no candidate Python
   code; the trusted pool hashes and installs the result (``ExtensionCache.install``).
 * ``toolchain``: prints the toolchain description the cache key covers (trusted; no candidate input).
@@ -42,13 +45,18 @@ def discover(request: dict) -> dict:
     from evalfarm.build.cache import ExtensionCache
     from evalfarm.tasks.format import exec_module
 
-    state = hook.install(ExtensionCache(request["cache_dir"]), request["arch"], discover=True)
+    state = hook.install(ExtensionCache(request["cache_dir"]), request["arch"], discover=True,
+                         failed=request.get("failed") or None)
     result: dict[str, object] = {"status": "ok"}
     try:
         exec_module(request["source"], "evalfarm_candidate_build", "candidate.py")
-    except BaseException:  # noqa: BLE001 - any failure is the worker's to report
+    except BaseException as err:  # noqa: BLE001 - any failure is the worker's to report
         result["module_error"] = hook.truncate(traceback.format_exc(), 4000)
+        uncaught = state.raised_by(err)
+        if uncaught is not None:
+            result["uncaught_failure"] = uncaught.key
     result["extensions"] = [dataclasses.asdict(b) for b in state.built]
+    result["raised"] = [f.key for f in state.failures]
     return result
 
 
@@ -69,13 +77,15 @@ def compile_spec(request: dict) -> dict:
 
     refused = includes.refused_include(spec["cpp_sources"] + spec["cuda_sources"], request["build_dir"])
     if refused:
-        return {"status": "compile_error", "log": f"building extension {spec['name']!r} refused: {refused}"}
+        return {"status": "refused", "log": f"building extension {spec['name']!r} refused: {refused}"}
     try:
         load_inline(spec["name"], spec["cpp_sources"], spec["cuda_sources"] or None,
                     build_directory=request["build_dir"], **kwargs)
     except Exception as err:  # noqa: BLE001 - the compiler's message is the verdict's detail
         text = includes.redact(f"building extension {spec['name']!r} failed:\n{err}", request["build_dir"])
-        return {"status": "compile_error", "log": hook.truncate(text)}
+        # What load_inline raised (its type and message, redacted alike): the worker raises the same.
+        return {"status": "compile_error", "log": hook.truncate(text), "type": type(err).__name__,
+                "message": hook.truncate(includes.redact(str(err), request["build_dir"]))}
     return {"status": "ok"}
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from evalfarm.guards.findings import Finding
 from evalfarm.guards.policy import GuardPolicy
 
-__all__ = ["DynamicSymbol", "ElfError", "check_extension_symbols", "read_dynamic_symbols"]
+__all__ = ["DynamicSymbol", "ElfError", "check_extension_symbols", "demangle", "read_dynamic_symbols", "read_symbols"]
 
+_SHT_SYMTAB = 2
 _SHT_DYNSYM = 11
 _STB = {0: "LOCAL", 1: "GLOBAL", 2: "WEAK", 10: "GNU_UNIQUE"}
 _STT = {0: "NOTYPE", 1: "OBJECT", 2: "FUNC", 3: "SECTION", 4: "FILE", 5: "COMMON", 6: "TLS",
@@ -51,6 +52,12 @@ class DynamicSymbol:
 
 def read_dynamic_symbols(path: str | Path) -> list[DynamicSymbol]:
     """Every symbol of the ELF ``.dynsym`` table (the null symbol excluded), not demangled."""
+    return read_symbols(path, (_SHT_DYNSYM,))
+
+
+def read_symbols(path: str | Path, tables: tuple[int, ...] = (_SHT_SYMTAB, _SHT_DYNSYM)) -> list[DynamicSymbol]:
+    """Every symbol of the ELF symbol tables of these section types (default: ``.symtab``, which
+    has the local ones too where the file is not stripped, and ``.dynsym``), not demangled."""
     data = Path(path).read_bytes()
     if len(data) < 52 or data[:4] != b"\x7fELF":
         raise ElfError(f"{path}: not an ELF file")
@@ -80,7 +87,7 @@ def read_dynamic_symbols(path: str | Path) -> list[DynamicSymbol]:
             sections.append((typ, s_off, s_size, link, entsize))
         symbols: list[DynamicSymbol] = []
         for typ, s_off, s_size, link, entsize in sections:
-            if typ != _SHT_DYNSYM:
+            if typ not in tables:
                 continue
             _st, str_off, str_size, _l, _e = sections[link]
             strtab = data[str_off:str_off + str_size]
@@ -106,6 +113,11 @@ def read_dynamic_symbols(path: str | Path) -> list[DynamicSymbol]:
         return symbols
     except (struct.error, IndexError) as exc:
         raise ElfError(f"{path}: truncated or malformed ELF ({exc})") from exc
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    """``{mangled: demangled}`` for the C++ names among ``names`` (c++filt; {} without it)."""
+    return _demangle(names)
 
 
 def _demangle(names: list[str]) -> dict[str, str]:

@@ -78,7 +78,7 @@ from evalfarm import bubblewrap, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak, nvml_clock_reader, nvml_clocks
-from evalfarm.judge import diagnose, gpu_lease, wire
+from evalfarm.judge import diagnose, extension_facts, gpu_lease, wire
 from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.inputs import InputSource
@@ -176,6 +176,8 @@ CLOCK_BEHIND_EVENTS_FRACTION = 0.1
 # The input index of the profiled call (--profile): never one of the rounds' (0, 1, ...) or the
 # judge's own set-up calls (-1, -2, -3), so it is fresh to the candidate.
 PROFILE_INPUT_INDEX = -4
+# Likewise for the call profiled for the share of GPU time in the candidate's own kernels.
+KERNELS_INPUT_INDEX = -5
 PROFILE_TIMEOUT_S = 120.0
 # How long the judge waits for its owner's go (no standby judge of the same device still starting
 # up), counted from its first round; past that it goes on.
@@ -475,6 +477,9 @@ class Judge:
         self.candidate_source = request["candidate_source"]
         self.cache_dir = request["cache_dir"]
         self.expected_extensions = request.get("expected_extensions") or {}
+        # Calls the build pool failed to build: the worker's load_inline raises these (evalfarm.build.hook).
+        self.failed_extensions = request.get("failed_extensions") or {}
+        self._extension_files: list[str] = []  # the .so files the candidate loaded (_check_symbols)
         self.arch = request["arch"]
         # What an earlier judge of this task measured (evalfarm.judge.task_facts); never seed- or
         # candidate-dependent, and checked before use.
@@ -767,7 +772,7 @@ class Judge:
         wire.send_pickle(self.cand.conn, {
             **common, "role": CANDIDATE, "candidate_source": self.candidate_source,
             "cache_dir": self.cache_dir, "arch": self.arch, **facts,
-            "expected_extensions": self.expected_extensions,
+            "expected_extensions": self.expected_extensions, "failed_extensions": self.failed_extensions,
             "in_arena": self.arenas[CANDIDATE, "in"].handle(), "out_arena": self.arenas[CANDIDATE, "out"].handle(),
             "staging": self._staging_handle(CANDIDATE),
         })
@@ -785,6 +790,9 @@ class Judge:
         self._stop(REFERENCE)
         self._stop(CANDIDATE)
         self.evidence.build["worker_extensions"] = ready.get("extensions", [])
+        raised = extension_facts.worker_build_failures(ready.get("build_failures"))
+        if raised:  # build failures the candidate caught and went on past
+            self.evidence.build["worker_build_failures"] = raised
         self._check_symbols(ready.get("extensions", []))
         self.phases["load"] = time.monotonic() - t_load
         if self._hold is not None:
@@ -793,6 +801,8 @@ class Judge:
         result = self._measure()
         if self.diagnostics.profile_dir and not self.correctness_only:
             self.evidence.diagnostics["profile"] = self._profile(profile)
+        if result.ok and not self.correctness_only and (ready.get("extensions") or self.failed_extensions or raised):
+            self.evidence.build["own_kernels"] = self._own_kernels(bool(ready.get("extensions")))
         return result
 
     def _staging_handle(self, role: str) -> dict[str, Any] | None:
@@ -840,6 +850,30 @@ class Judge:
                 "profile": size_profile, "candidate_source": self.candidate_source, "cache_dir": self.cache_dir,
                 "arch": self.arch})
 
+    def _own_kernels(self, loaded: bool) -> dict[str, Any]:
+        """How much of the candidate's GPU time runs in its own extensions' kernels: one extra,
+        untimed call under the CUDA profiler with fresh inputs (evalfarm.judge.extension_facts).
+        Evidence for a learner, never a verdict."""
+        if not loaded:
+            return extension_facts.no_own_extension()
+        if self.device.type != "cuda":
+            return extension_facts.not_measured(extension_facts.CPU_NOTE)
+        if not self._extension_files:
+            return extension_facts.not_measured("the built extensions were not found to read their names")
+        own, note = extension_facts.own_kernel_names(self._extension_files)
+        inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(KERNELS_INPUT_INDEX)]
+        spec = diagnose.write_inputs(self.arenas[CANDIDATE, "in"], inputs)
+        torch.cuda.synchronize(self.device)
+        self._resume(CANDIDATE)
+        try:
+            wire.send_json(self.cand.conn, {"op": "kernels", "in": spec})
+            reply = wire.recv_json(self.cand.conn, PROFILE_TIMEOUT_S + self._call_limit_s())
+        except (TimeoutError, OSError, wire.PeerClosed, wire.ProtocolError) as err:
+            reply = {"op": "kernels_failed", "detail": f"the candidate worker did not answer: {type(err).__name__}"}
+        finally:
+            self._stop(CANDIDATE)
+        return extension_facts.kernel_share(reply, own, note)
+
     def _save_failing(self, plan: RoundPlan, reason: str, ref_out: list[Any], cand_out: list[Any]) -> None:
         """--save-failing-input: the judge writes the failing round's tensors (never the worker)."""
         if not self.diagnostics.failing_input_dir or "failing_input" in self.evidence.diagnostics:
@@ -886,6 +920,7 @@ class Judge:
                 so = private  # built by the worker for itself (no verified cache entry)
             if so is None:
                 continue
+            self._extension_files.append(str(so))
             try:
                 findings = check_extension_symbols(so, policy)
             except ElfError as err:

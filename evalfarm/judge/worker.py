@@ -58,6 +58,7 @@ from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, WARM_ENV
 
 # Trusted primitives, bound before any task or candidate code can rebind them.
 _perf_ns = time.perf_counter_ns
+_exit = os._exit
 _CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert", "illegal memory access",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "cuDNN error", "unspecified launch failure",
                        "misaligned address", "illegal instruction")
@@ -160,6 +161,7 @@ class Worker:
         self._released: list[Any] = []  # the round before's, freed in prepare (outside the timed exchange)
         self._poison: Any = None  # HeapPoisoner (CPU) or FreeMemoryPoisoner (CUDA); None when off
         self._reset_l2: Any = None  # evalfarm.judge.state.reset_persisting_l2 on CUDA
+        self._ext_state: Any = None  # the candidate's evalfarm.build.hook.HookState
 
     def send(self, msg: dict[str, Any]) -> None:
         self.wire.send_json(self.conn, msg)
@@ -167,7 +169,7 @@ class Worker:
     def fail(self, kind: str, detail: str, **extra: Any) -> None:
         self.send({"op": "error", "kind": kind, "detail": detail[-8000:], "isolation": self.isolation, **extra})
         self.conn.close()
-        os._exit(0)
+        _exit(0)
 
     def run(self) -> None:
         import torch  # before waiting: the import overlaps the judge's own set-up
@@ -271,6 +273,7 @@ class Worker:
             "isolation": self.isolation,
             "extensions": extensions,
             "gate": self._gate is not None,  # timed blocks can run here (evalfarm.judge.staging)
+            "build_failures": self._build_failures(),
         })
         pending: dict[str, Any] | None = None
         prepare_ahead = bool(init.get("prepare_ahead"))  # the judge's choice (judge.PREPARE_AHEAD_ENV)
@@ -311,19 +314,26 @@ class Worker:
                 self.send({"op": "quiet", "quiet": quiet, "waited_s": waited})
             elif op == "profile" and self.role == CANDIDATE:
                 self.send(self.profile(msg))
+            elif op == "kernels" and self.role == CANDIDATE:
+                self.send(self.kernel_times(msg))
             else:
                 break
         self.conn.close()
         os._exit(0)
 
     def _load_candidate(self, init: dict[str, Any], device: Any) -> list[dict[str, Any]]:
+        """Build ModelNew with load_inline routed through the cache (evalfarm.build.hook): a call the
+        build pool failed to build raises that failure (nothing is compiled here for it), which the
+        candidate may catch; one that escapes is COMPILE_ERROR with the compiler's log. A refused
+        source ends the evaluation at once, caught or not."""
         from evalfarm.build import hook
         from evalfarm.build.cache import ExtensionCache
         from evalfarm.tasks.format import exec_module
 
         torch = self.torch
-        ext_state = hook.install(ExtensionCache(init["cache_dir"]), init["arch"],
-                                 expected=init.get("expected_extensions") or None)
+        ext_state = self._ext_state = hook.install(
+            ExtensionCache(init["cache_dir"]), init["arch"], expected=init.get("expected_extensions") or None,
+            failed=init.get("failed_extensions") or None, on_refused=lambda why: self.fail("compile", why))
         try:
             cand_mod = exec_module(init["candidate_source"], "evalfarm_candidate", "candidate.py")
             model_new = getattr(cand_mod, "ModelNew", None)
@@ -332,13 +342,22 @@ class Worker:
             torch.manual_seed(init["weight_seed"])
             self.model = model_new(*init["init_inputs"]).to(device)
             self._sync()
-        except hook.CompileError:
-            self.fail("compile", ext_state.compile_error)
         except BaseException as err:  # noqa: BLE001 - a broken candidate is a verdict, not a crash
+            failure = ext_state.raised_by(err)
+            if failure is not None:  # a build failure it did not catch: what plain Python would end on
+                self.fail("compile", failure.log)
             kind = _error_kind(err)
             self.fail(kind if kind == "cuda_fault" else "load", traceback.format_exc())
         return [{"name": b.name, "key": b.key, "cache_hit": b.cache_hit, "seconds": b.seconds,
                  **({"note": b.note} if b.note else {})} for b in ext_state.built]
+
+    def _build_failures(self) -> list[dict[str, Any]]:
+        """The build failures raised to the candidate so far (all caught, or it would not be
+        loaded): the pool's (``recorded``), or of a build this process made itself (with its log)."""
+        if self._ext_state is None:
+            return []
+        return [{"name": f.name, "key": f.key, "recorded": f.recorded, **({} if f.recorded else {"log": f.log[-4000:]})}
+                for f in self._ext_state.failures]
 
     def _args(self, spec: list[list[Any]]) -> list[Any]:
         out = []
@@ -370,6 +389,9 @@ class Worker:
         """A call's error as the worker reports it: the reference's is the farm's ("infra"), the
         candidate's a CUDA fault or a runtime error."""
         kind = "infra" if self.role == REFERENCE else _error_kind(err)
+        failure = self._ext_state.raised_by(err) if self._ext_state is not None else None
+        if failure is not None:  # a build failure (a load_inline in forward) it did not catch
+            kind, detail = "compile", failure.log
         return {"op": "error", "kind": kind, "round": r, "detail": detail}
 
     def prepare(self, quiet: bool = True) -> dict[str, Any]:
@@ -590,6 +612,17 @@ class Worker:
         except BaseException as err:  # noqa: BLE001 - a failed profile is a note, not a verdict
             return {"op": "profile_failed", "detail": f"{type(err).__name__}: {err}"[:2000]}
         return {"op": "profiled", "files": files}
+
+    def kernel_times(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One extra, untimed call under the CUDA profiler, asked for by the judge after the
+        verdict's rounds: the device time of each kernel by name (evalfarm.judge.extension_facts)."""
+        from evalfarm.judge.extension_facts import profile_kernels
+
+        try:
+            kernels = profile_kernels(self.model, self._args(msg["in"]), self._sync, self.is_cuda)
+        except BaseException as err:  # noqa: BLE001 - a failed profile is a note, not a verdict
+            return {"op": "kernels_failed", "detail": f"{type(err).__name__}: {err}"[:2000]}
+        return {"op": "kernels", "kernels": kernels}
 
     def _structure_problem(self, outs: list[Any], raw: Any, slots: list[Any]) -> str:
         from evalfarm.judge.arena import DTYPES

@@ -24,7 +24,7 @@ REQUIRED_STYLES = {
     "cpp_openmp", "cuda_inline", "templated_source", "cupy_rawmodule", "cudnn_benchmark", "tf32_flags",
     "set_num_threads", "pretransformed_weights", "lazy_weights", "folded_constants", "data_ptr_alignment",
     "version_refresh", "mixed_precision", "cuda_graph", "multi_stream", "cpp_side_stream", "torch_compile",
-    "triton", "algebraic_shortcut", "plain_rewrite", "identical_copy",
+    "triton", "algebraic_shortcut", "plain_rewrite", "identical_copy", "caught_build_failure",
 }
 
 CPU_CONFIG = ScoreConfig(device="cpu", num_correctness_inputs=50, timing_budget_s=1.5, min_timed_rounds=21,
