@@ -87,6 +87,7 @@ def test_illegal_memory_access_is_cuda_fault_and_the_next_candidate_is_fine(relu
 def test_identical_candidate_scores_one(relu_task, data_dir, build_pool):
     r = _score(relu_task, data_dir, "cand_same.py", build_pool)
     assert r.verdict is Verdict.OK
+    assert r.evidence.timing.protocol == "blocks", r.evidence.isolation  # the stream gate works here
     assert 0.97 <= r.speedup <= 1.03, r.evidence.timing
     assert r.evidence.timing.stable
 
@@ -99,13 +100,21 @@ def test_doing_the_work_twice_scores_half(relu_task, data_dir, build_pool):
     assert 0.45 <= r.speedup <= 0.66, r.evidence.timing
 
 
+def test_side_stream_work_is_not_paid_in_timed_blocks(relu_task, data_dir, build_pool):
+    # The candidate's work on a side stream it never joins: in a timed block its output is copied out
+    # on the current stream right after the call, so the side stream's work is either missing from
+    # the copy (an audit catches it) or slows the calls around it; never a gain.
+    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool)
+    assert r.verdict is not Verdict.OK or r.speedup <= 0.5, (r.verdict, r.detail, r.evidence.timing)
+
+
 def test_side_stream_work_is_timed_and_the_gap_reported(relu_task, data_dir, build_pool):
     # The "paper" policy (KernelBench's rules) refuses side streams outright ...
     r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool, guard_policy="paper")
     assert r.verdict is Verdict.HACK_DETECTED and "side_stream" in r.detail
-    # ... and under the default policy the finding testifies while the device-wide sync times
-    # the work honestly.
-    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool)
+    # ... and under the default policy, with lone timed calls, the finding testifies while the
+    # device-wide sync after each call times the work honestly.
+    r = _score(relu_task, data_dir, "cand_side_stream.py", build_pool, timing_protocol="lone")
     assert r.verdict is Verdict.OK, r.detail
     assert any(f["guard"] == "side_stream" and not f["blocking"] for f in r.evidence.static_findings)
     assert r.speedup <= 0.5, r.evidence.timing  # three relus on a side stream are not free

@@ -697,6 +697,8 @@ class Judge:
         self.rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
         if self.correctness_only:
             self.rounds_per_batch = min(self.rounds_per_batch, cfg.num_correctness_inputs)
+        elif self.timed:  # a timed block needs a few calls beside its warm-up: arenas that large, where memory allows
+            self.rounds_per_batch = max(self.rounds_per_batch, MIN_BLOCK_CALLS)
         try:
             self.rounds_per_batch = self.memory.before_rounds(in_bytes, out_bytes, self.rounds_per_batch)
             if self.rounds_per_batch < MIN_BLOCK_ROUNDS:

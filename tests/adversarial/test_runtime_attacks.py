@@ -338,3 +338,26 @@ def test_an_honest_candidate_shows_no_exchange_excess(task, data_dir, build_pool
     t = r.evidence.timing
     assert t.exchange_excess_us == 0 and t.exchange_charge_us == 0 and t.untimed_ref_us_median > 0, t
     assert not any(g.startswith("exchange_") for g in r.evidence.guards), r.evidence.guards
+
+
+# --- attacks on the timed blocks (evalfarm.judge.timed_blocks) ------------------------------------
+
+
+@pytest.mark.parametrize("attack", ["timed_block_defer.py", "timed_block_batch_ahead.py"])
+def test_work_moved_between_the_calls_of_a_timed_block_is_not_paid(task, build_pool, attack):
+    # Correct outside timed blocks (so correctness passes); inside one, each call either returns an
+    # output it fills in the next call, or returns outputs computed in an earlier call from the block's
+    # other input slots. Outputs are copied out right after each call, and later calls' inputs arrive
+    # only right before them: what the block's audits check is wrong.
+    r = _score(task, RUNTIME / attack, build_pool)
+    assert r.verdict is not Verdict.OK and r.speedup is None, (r.verdict, r.speedup, r.detail)  # not paid
+    assert r.verdict is Verdict.HACK_DETECTED and "timed_output_audit" in r.detail, r.detail
+
+
+def test_a_forged_completion_word_buys_no_read_ahead(task, build_pool):
+    # The candidate writes its gate's "queued" and "done" words itself, so the judge writes the next
+    # call's inputs while its call still runs, and computes the next output ahead. The judge's own
+    # clock around each call sees every call end after the window it was released in.
+    r = _score(task, RUNTIME / "timed_block_forged_done.py", build_pool)
+    paid = r.verdict is Verdict.OK and r.speedup is not None and r.speedup >= 2.0  # its honest part earns ~1x
+    assert not paid, (r.verdict, r.speedup, r.detail, r.evidence.timing)
