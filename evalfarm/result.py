@@ -61,6 +61,10 @@ class TimingEvidence:
     # exchange); and how many timed rounds ran in blocks (their first calls checked, not timed).
     protocol: str = "lone"
     timed_block_rounds: int = 0
+    # Timed blocks: each worker's median share of its blocks' tails (last call seen done to its
+    # reply, per call), on the judge's clock; the candidate's excess beyond noise is in the charge.
+    tail_ref_us_median: float | None = None
+    tail_cand_us_median: float | None = None
 
 
 @dataclasses.dataclass

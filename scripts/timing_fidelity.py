@@ -135,7 +135,11 @@ def measure(work: list, protocols: list[str], args: argparse.Namespace, pool: Bu
                               **({"ref_us": t.ref_time_us_median, "cand_us": t.cand_time_us_median,
                                   "raw": t.raw_speedup, "ci": [t.ci_low, t.ci_high], "rounds": t.rounds,
                                   "protocol": t.protocol, "seconds": t.seconds,
-                                  "charge_us": max(t.pre_call_charge_us, t.exchange_charge_us)} if t else {})}
+                                  "charge_us": max(t.pre_call_charge_us, t.exchange_charge_us),
+                                  "excess_us": t.exchange_excess_us,
+                                  "pre_us": [t.pre_call_ref_us_median, t.pre_call_cand_us_median],
+                                  "untimed_us": [t.untimed_ref_us_median, t.untimed_cand_us_median],
+                                  "tail_us": [t.tail_ref_us_median, t.tail_cand_us_median]} if t else {})}
             rows.append(row)
             print(json.dumps(row), flush=True)
             (out / "fidelity.json").write_text(json.dumps(rows, indent=1))

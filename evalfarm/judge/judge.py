@@ -95,6 +95,8 @@ from evalfarm.judge.timed_blocks import (
     WARMUP_CALLS,
     judge_windows_ns,
     release_calls,
+    tail_charge_ns,
+    tail_share_ns,
 )
 from evalfarm.judge.worker import data_span, overlaps, storage_span
 from evalfarm.judge.workers import StartedWorkers, WorkerHandle, _visible, start_workers
@@ -1329,8 +1331,9 @@ class Judge:
         if reply.get("op") != "block" or released.outcome != "ok":
             self._raise_call_error(role, reply, next((p for p in plans if p.r == reply.get("round")), None))
         results = block_results(reply, rounds)
-        for res, j in zip(results, judge_windows_ns(released, reply_ns), strict=True):
-            res["j"], res["w"] = j, 0
+        tail = tail_share_ns(released, reply_ns)
+        for res, j in zip(results, judge_windows_ns(released), strict=True):
+            res["j"], res["w"], res["tail"] = j, 0, tail
         if self.trace is not None:
             self.trace.timed_block(role, results)
         if role == CANDIDATE:
@@ -1388,6 +1391,8 @@ class Judge:
         pre_cand_all: list[int] = []
         untimed_ref_all: list[int] = []  # per round: the judge-timed exchange minus the reported call
         untimed_cand_all: list[int] = []
+        tails_ref_all: list[int] = []  # timed blocks: each sample's share of its block's tail, per worker
+        tails_cand_all: list[int] = []
         charge = pre_charge = exchange_charge = exchange_excess = 0
         e_ref_all: list[float] = []
         clock_pairs: list[tuple[int, float]] = []  # per timed round: the candidate's call ns and event us
@@ -1500,6 +1505,8 @@ class Judge:
                             clock_pairs.append((t_cand, float(e_cand)))
                     if self.timed:  # the judge's window around the call against the time reported for it
                         clock_pairs.append((plan.times[CANDIDATE]["j"], t_cand / 1e3))
+                        tails_ref_all.append(plan.times[REFERENCE]["tail"])
+                        tails_cand_all.append(plan.times[CANDIDATE]["tail"])
             r += len(plans)
             if r < n_correct:
                 continue
@@ -1522,7 +1529,8 @@ class Judge:
                 self.phases["correctness"] = timing_start - start
                 self._phase("timing")
             pre_charge = pre_call_charge_ns(pre_ref_all, pre_cand_all)
-            exchange_excess = exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
+            exchange_excess = (exchange_charge_ns(untimed_ref_all, untimed_cand_all, t_cand_all)
+                               + tail_charge_ns(tails_ref_all, tails_cand_all))
             exchange_charge = exchange_excess if cfg.exchange_charged else 0
             charge = max(pre_charge, exchange_charge)
             speedups = [tr / (tc + charge) for tr, tc in zip(t_ref_all, t_cand_all, strict=True)]
@@ -1537,6 +1545,7 @@ class Judge:
                 t_ref_all, t_cand_all, pre_ref_all, pre_cand_all, e_ref_all, e_cand_all = [], [], [], [], [], []
                 clock_pairs = []
                 untimed_ref_all, untimed_cand_all = [], []
+                tails_ref_all, tails_cand_all = [], []
                 warm_call_rounds = 0  # of the samples kept, as rounds is
                 continue
             if d.stop and stats is not None:  # without stats, keep going until num_buckets rounds
@@ -1557,6 +1566,8 @@ class Judge:
             untimed_cand_us_median=statistics.median(untimed_cand_all) / 1e3, exchange_charge_us=exchange_charge / 1e3,
             exchange_excess_us=exchange_excess / 1e3,
             protocol="blocks" if self.timed else "lone", timed_block_rounds=timed_block_rounds,
+            tail_ref_us_median=statistics.median(tails_ref_all) / 1e3 if tails_ref_all else None,
+            tail_cand_us_median=statistics.median(tails_cand_all) / 1e3 if tails_cand_all else None,
         )
         exchange_applied = bool(exchange_charge) and exchange_charge >= pre_charge  # charge = max of the two
         if exchange_applied:

@@ -26,10 +26,10 @@ Why it keeps what made lone calls honest:
   call leaves wrong outputs behind;
 * the judge's clock: for every call it knows when it opened the gate and when it saw the call
   done; a call reported longer than that window is a tampered clock (``clock_behind_events``), and
-  what the window holds beyond the reported call (plus the block's tail: the reply after the last
-  call, spread over its calls) is compared with the reference's and charged where it is more
-  (``exchange_charge_ns``), so forged completion words or event times buy nothing the judge's clock
-  does not see;
+  what the window holds beyond the reported call is compared with the reference's and charged where
+  it is more (``exchange_charge_ns``); so is each block's tail (its reply after the last call, spread
+  over its calls: ``tail_charge_ns``), so forged completion words or event times buy nothing the
+  judge's clock does not see;
 * the candidate's process is stopped while the reference's block runs, and on a GPU the judge waits
   for a quiet device before each reference block (work left running is the candidate's, blamed as
   before);
@@ -40,6 +40,7 @@ Why it keeps what made lone calls honest:
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -97,10 +98,31 @@ def release_calls(staging: JudgeStaging, layout: StagingLayout, inputs: list[lis
     return out
 
 
-def judge_windows_ns(released: Released, reply_ns: int) -> list[int]:
-    """Each call's time on the judge's clock: its window (gate opened to completion seen) plus an
-    even share of the block's tail (last completion seen to the worker's reply), so work the
-    worker left for after its last call counts too."""
+def judge_windows_ns(released: Released) -> list[int]:
+    """Each call's time on the judge's clock: its gate opened to its completion seen."""
+    return [d - o for o, d in zip(released.opened_ns, released.done_ns, strict=True)]
+
+
+def tail_share_ns(released: Released, reply_ns: int) -> int:
+    """The block's tail (its last completion seen to the worker's reply: the worker's final
+    synchronisation and report) spread evenly over its calls. Work a worker left running after its
+    last call's completion word shows here; it is compared with the reference's (``tail_charge_ns``)."""
     n = len(released.done_ns)
-    tail = max(0, reply_ns - released.done_ns[-1]) if n else 0
-    return [d - o + tail // max(n, 1) for o, d in zip(released.opened_ns, released.done_ns, strict=True)]
+    return max(0, reply_ns - released.done_ns[-1]) // n if n else 0
+
+
+# Noise allowed between the two workers' tail shares before the excess is charged: this much plus
+# this share of the reference's median (a tail is one host synchronisation and a message, whose
+# time varies more than a call's window does).
+TAIL_SLACK_NS = 50_000
+TAIL_SLACK_FRACTION = 0.5
+
+
+def tail_charge_ns(ref_shares: list[int], cand_shares: list[int]) -> int:
+    """What to add to every candidate call for its blocks' longer tails: the median of the paired
+    differences of the tail shares beyond the slack, in full; below it nothing."""
+    if not ref_shares or len(ref_shares) != len(cand_shares):
+        return 0
+    excess = statistics.median([c - r for r, c in zip(ref_shares, cand_shares, strict=True)])
+    slack = TAIL_SLACK_NS + TAIL_SLACK_FRACTION * statistics.median(ref_shares)
+    return int(excess) if excess > slack else 0

@@ -51,9 +51,14 @@ def test_a_patched_harness_clock_is_caught_by_the_events_inside_its_calls(data_d
 
     task = as_task(str(data_dir / "task_scale.py"))
     attack = data_dir.parent / "adversarial" / "runtime" / "harness_clock_patch.py"
-    r = score_attack(task, attack, build_pool, CFG)
+    # With lone timed calls the worker's clock times each call (the events inside it check it).
+    r = score_attack(task, attack, build_pool, CFG, timing_protocol="lone")
     assert r.verdict is Verdict.HACK_DETECTED, (r.verdict, r.speedup, r.detail)
     assert r.detail.startswith("guard clock_behind_events:"), r.detail
+    # In timed blocks (the default) the events are the call's time and the patched clock times
+    # nothing: the candidate does the reference's work and earns about 1x (not paid).
+    r = score_attack(task, attack, build_pool, CFG)
+    assert r.verdict is not Verdict.OK or r.speedup < 2.0, (r.verdict, r.speedup, r.detail)
     # The honest twin of the same task is not.
     honest = score_attack(task, data_dir / "cand_same.py", build_pool, CFG)
     assert honest.verdict is Verdict.OK, (honest.verdict, honest.detail)
