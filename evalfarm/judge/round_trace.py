@@ -131,6 +131,9 @@ class RoundTrace:
                                 "timed": True, "counted": self.counted, **self._clock}
         for key, field, scale in (("call_us", "t", 1e-3), ("pre_us", "pre", 1e-3), ("judge_us", "j", 1e-3)):
             line[key] = [round(float(x[field]) * scale, 1) for x in results]
+        strides = [x.get("strides") for x in results]
+        if any(any(s) for s in strides if isinstance(s, list)):
+            line["strides"] = strides
         self.lines.append(line)
 
     def write(self) -> str:
