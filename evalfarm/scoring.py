@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evalfarm import other_sizes, reverify
+from evalfarm import isolation, other_sizes, reverify
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
@@ -124,6 +124,8 @@ class Evaluation:
     def _finish(self, result: ScoreResult) -> None:
         result.task = result.task or self.task.name
         result.candidate_sha256 = self.candidate.sha256
+        if not result.evidence.sandbox:  # the host's check (a daemon's says the same, from its start)
+            result.evidence.sandbox = isolation.assess(self.config.device).summary()
         if self._cancelled:
             result = ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled", evidence=result.evidence,
                                          task=result.task, candidate_sha256=self.candidate.sha256)

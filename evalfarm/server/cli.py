@@ -59,7 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "standby_hold": "on",
     "max_source_bytes": DEFAULT_MAX_SOURCE_BYTES, "drain_timeout": 60.0, "max_eval_seconds": 1800.0,
     "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False, "fault_threshold": 3,
-    "probe_interval": 60.0,
+    "probe_interval": 60.0, "allow_weak_sandbox": False,
 }
 
 
@@ -105,6 +105,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--probe-interval", type=float, help="seconds before re-probing a failed slot; default 60")
     p.add_argument("--exit-with-parent", action="store_true", default=None,
                    help="drain and exit when the process that started the daemon dies")
+    p.add_argument("--allow-weak-sandbox", action="store_true", default=None,
+                   help="serve even where candidates cannot have the strong sandbox (bubblewrap namespaces and "
+                        "an unprivileged uid; docs/operations.md, 'Isolation'): every result and `evalfarm "
+                        "status` then say so. Without it the daemon refuses to start there")
 
 
 def resolve_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -181,6 +185,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_eval_s=args.max_eval_seconds,
         fault_threshold=args.fault_threshold,
         probe_interval_s=args.probe_interval,
+        allow_weak_sandbox=bool(args.allow_weak_sandbox),
     )
 
 
@@ -219,6 +224,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(run_daemon(config, ready=announce))
-    except OSError as err:
+    except (OSError, ServerConfigError) as err:  # ServerConfigError: daemon.WeakSandbox, before any port
         print(f"evalfarm serve: error: {err}", file=sys.stderr)
         return 2

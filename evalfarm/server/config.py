@@ -46,6 +46,9 @@ class ServerConfig:
     host_label: str = dataclasses.field(default_factory=socket.gethostname)
     fault_threshold: int = 3  # faults in a row that take a slot out of service (0: never)
     probe_interval_s: float = 60.0  # first retry of a failed known-good probe
+    # Serve even where candidates cannot have the strong sandbox (evalfarm.isolation); every
+    # result's evidence and the Capacity answer then say so.
+    allow_weak_sandbox: bool = False
 
     def __post_init__(self) -> None:
         if not self.devices:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -90,8 +91,13 @@ class FarmService(pb_grpc.EvalFarmServicer):
         metrics: Metrics,
         cache: ResultCache,
         build_pool: Any = None,
+        sandbox: Any = None,
     ) -> None:
         self.config = config
+        # What the start-up check found (an evalfarm.isolation.Isolation; None for a backend that
+        # runs no candidate code): said in Capacity and in every result's evidence.
+        self.sandbox_note = "" if sandbox is None else sandbox.summary() + (
+            "" if sandbox.strong else " (served with --allow-weak-sandbox)")
         self.metrics = metrics
         self.cache = cache
         self.slots = SlotPool(config.slots, config.queue_limit)
@@ -455,6 +461,9 @@ class FarmService(pb_grpc.EvalFarmServicer):
             prep.sample_id, prep.task.name, result.verdict.value, result.speedup, slot, cached,
             prep.reverification, queue_s, total_s, result.detail[:200],
         )
+        if self.sandbox_note:
+            result = dataclasses.replace(result, evidence=dataclasses.replace(result.evidence,
+                                                                              sandbox=self.sandbox_note))
         return result_to_pb(
             result,
             sample_id=prep.sample_id,
@@ -579,6 +588,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
             out_of_service=len(self.slots.out_of_service),
             gpu_model=self.gpu_model,
             build_workers=self.config.build_workers if self._build_pool is not None else 0,
+            sandbox=self.sandbox_note,
         )
 
 
