@@ -236,7 +236,7 @@ class Evaluation:
             if self._cancelled:
                 return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
             judge = (self.judges.take(cfg.device) if self.judges is not None
-                     else JudgeProcess(cfg.device, cache_dir=str(self.pool.cache_dir)))
+                     else JudgeProcess(cfg.device))
             self._judges.append(judge)
         age_s = judge.age_s
         conn = judge.conn

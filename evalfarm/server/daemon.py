@@ -92,7 +92,6 @@ class Daemon:
                 from evalfarm.judge.standby import WarmJudges
 
                 self.judges = WarmJudges(dict(collections.Counter(config.devices * per_slot)),
-                                         cache_dir=str(getattr(build_pool, "cache_dir", "") or ""),
                                          hold_rounds=config.standby_hold)
                 self.metrics.watch_warm_judges(self.judges.stats)
             backend = default_backend(self.judges)
