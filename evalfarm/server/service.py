@@ -27,6 +27,7 @@ from evalfarm.server.cache import ResultCache, cache_key
 from evalfarm.server.config import ServerConfig
 from evalfarm.server.lenient import MalformedRequest
 from evalfarm.server.metrics import FarmSample, Metrics, SlotLabels, SlotSample
+from evalfarm.server.redact import HostPaths
 from evalfarm.server.slot_health import (
     PROBE_CONFIG,
     FaultInjector,
@@ -98,6 +99,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
         # runs no candidate code): said in Capacity and in every result's evidence.
         self.sandbox_note = "" if sandbox is None else sandbox.summary() + (
             "" if sandbox.strong else " (served with --allow-weak-sandbox)")
+        self._redact = HostPaths(config.cache_dir)
         self.metrics = metrics
         self.cache = cache
         self.slots = SlotPool(config.slots, config.queue_limit)
@@ -464,7 +466,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
         if self.sandbox_note:
             result = dataclasses.replace(result, evidence=dataclasses.replace(result.evidence,
                                                                               sandbox=self.sandbox_note))
-        return result_to_pb(
+        return self._redact.sample(result_to_pb(
             result,
             sample_id=prep.sample_id,
             host=self.config.host_label,
@@ -475,7 +477,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
             cached=cached,
             gpu_uuid=self.gpu_uuid(slot),
             slot=slot,
-        )
+        ))
 
     def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
         """The gRPC deadline (loop time), if any. A request's deadline_s starts with its slot."""
