@@ -21,6 +21,7 @@ from evalfarm.server.config import (
     DEFAULT_MAX_SOURCE_BYTES,
     ServerConfig,
     ServerConfigError,
+    check_private,
     load_tokens,
 )
 from evalfarm.server.gpus import gpu_names, gpu_uuids, nvml_missing, parse_gpu_list
@@ -162,6 +163,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         value = getattr(args, flag)
         if value is not None and not Path(value).exists():
             raise ServerConfigError(f"--{flag.replace('_', '-')}: {value} does not exist")
+    if args.tls_key is not None:
+        check_private(Path(args.tls_key), "TLS key")
     return ServerConfig(
         host=args.host,
         port=args.port,

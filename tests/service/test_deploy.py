@@ -167,6 +167,7 @@ def test_alert_rules_use_real_metrics(daemon_factory) -> None:
 def test_health_port_answers_without_tls_or_token(daemon_factory, tmp_path: Path, capsys) -> None:
     token = tmp_path / "token"
     token.write_text("t" * 32)
+    token.chmod(0o600)
     hp = free_port()
     d = daemon_factory(auth_token_file=token, health_port=hp)
     args = argparse.Namespace(server=[f"127.0.0.1:{hp}"], json=False, token_file=None, timeout=5,
