@@ -121,6 +121,8 @@ def resolve_args(args: argparse.Namespace) -> argparse.Namespace:
         parser = argparse.ArgumentParser(add_help=False)
         add_serve_arguments(parser)
         file_values = load_config_file(args.config, parser)
+    if getattr(args, "device", None) == "cpu" and getattr(args, "gpus", None) is None:
+        file_values.pop("gpus", None)  # --device cpu on the command line overrides the file's GPUs
     merged = argparse.Namespace(**vars(args))
     for key, default in DEFAULTS.items():
         if getattr(merged, key, None) is None:
@@ -131,7 +133,7 @@ def resolve_args(args: argparse.Namespace) -> argparse.Namespace:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The daemon's settings from parsed flags (and their --config file); errors name the field."""
     args = resolve_args(args)
-    device = args.device or ("cuda" if args.gpus else "cpu")
+    device = args.device or ("cuda" if args.gpus else _found_device())
     if device == "cpu":
         if args.gpus:
             raise ServerConfigError("--gpus and --device cpu exclude each other")
@@ -190,6 +192,19 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         probe_interval_s=args.probe_interval,
         allow_weak_sandbox=bool(args.allow_weak_sandbox),
     )
+
+
+def _found_device() -> str:
+    """The device mode when neither --device nor --gpus is given: every GPU the host has (one slot
+    each), CPU slots only where it has none. Either way the choice is said once at start."""
+    found = gpu_names()
+    if found:
+        note = f"{len(found)} GPU(s) found: one slot each (--device cpu for CPU slots instead)"
+    else:
+        note = "no NVIDIA GPU found (nvidia-smi lists none): CPU slots (--device cpu says so without this note)"
+    log.info("event=device_chosen device=%s note=%r", "cuda" if found else "cpu", note)
+    print(f"evalfarm serve: {note}", file=sys.stderr, flush=True)
+    return "cuda" if found else "cpu"
 
 
 def _watch_parent(parent: int, interval_s: float = 1.0) -> None:

@@ -110,3 +110,17 @@ def test_a_tls_key_others_may_read_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ServerConfigError, match=r"TLS key .* is open to other users \(mode 0644\)"):
         config_from_args(parse("--device", "cpu", "--tls-cert", str(cert), "--tls-key", str(key)))
 
+
+def test_serve_takes_the_gpus_it_finds_unless_told_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(server_cli, "gpu_names", lambda: ["NVIDIA H100", "NVIDIA H100"])
+    cfg = config_from_args(parse())
+    assert cfg.devices == ("cuda:0", "cuda:1")
+    assert "2 GPU(s) found: one slot each (--device cpu for CPU slots instead)" in capsys.readouterr().err
+    assert config_from_args(parse("--device", "cpu")).devices == ("cpu",)
+    config = tmp_path / "farm.toml"
+    config.write_text('gpus = "all"\n')  # the shipped file's GPUs; --device cpu on the command line wins
+    assert config_from_args(parse("--config", str(config), "--device", "cpu")).devices == ("cpu",)
+    monkeypatch.setattr(server_cli, "gpu_names", lambda: [])
+    assert config_from_args(parse()).devices == ("cpu",)
+    assert "no NVIDIA GPU found" in capsys.readouterr().err
