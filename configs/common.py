@@ -134,6 +134,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.farm.local_device = "auto"
     c.farm.local_slots = 1
     c.farm.local_cache_dir = ""  # "" = <workdir>/farm-cache; share one to score equal code equally
+    # Local daemons: "best" uses the strong sandbox where the host has it (bubblewrap) and otherwise
+    # starts weak with a warning (this run's own samples, on loopback); "strong" refuses without it.
+    c.farm.local_sandbox = "best"
     c.farm.sample_deadline_s = 900.0
     c.farm.max_resubmits = 2
     c.farm.wait_timeout_s = 1800.0  # the learner's own bound on waiting for one step's results

@@ -176,3 +176,20 @@ def test_farm_over_tls_and_bad_tls_settings(daemon_factory, pki, tmp_path):
         assert farm.wait(["t1"], 30)["t1"].speedup == pytest.approx(1.9)
     with pytest.raises(FarmError, match="go together"):
         _farm(d, tmp_path, tls_ca=str(pki / "ca.pem"), tls_cert=str(pki / "client.pem"))
+
+
+def test_local_daemons_run_weak_only_where_the_host_has_no_strong_sandbox(tmp_path, monkeypatch, caplog):
+    """A local farm scores this run's own samples on loopback: where the host cannot give the
+    strong sandbox, "best" starts its daemons weak and says what is missing; "strong" refuses."""
+    from evalfarm import isolation
+    from learner.farm import local_weak_sandbox
+
+    assert local_weak_sandbox("cpu", "best") is (not isolation.assess("cpu").strong)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    with caplog.at_level("WARNING", logger="learner.farm"):
+        assert local_weak_sandbox("cpu", "best") is True
+    assert "WEAK sandbox" in caplog.text and "bwrap not found on PATH" in caplog.text
+    with pytest.raises(FarmError, match="farm.local_sandbox = 'strong'.*install bubblewrap"):
+        local_weak_sandbox("cpu", "strong")
+    with pytest.raises(FarmError, match="farm.local_sandbox must be one of best, strong"):
+        FarmSettings(local_sandbox="maybe")
