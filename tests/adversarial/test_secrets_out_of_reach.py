@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from attack_scoring import host_channel, score_attack
 
-from evalfarm import ScoreConfig, Verdict, confine, isolation
+from evalfarm import ScoreConfig, Verdict, confine, hostile_drill, isolation
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import as_task
 
@@ -131,17 +131,8 @@ def test_files_and_proc_show_no_secret_to_the_build_or_the_worker(task, build_po
         assert not shown & {str(p) for p, _ in planted.values()}, found["by_name"]  # no planted file, by any path
 
 
-CAPI = r'''
-#include <Python.h>
-asm(".section .rodata\n.global leak_begin\nleak_begin:\n.incbin \"BLOB\"\n.global leak_end\nleak_end:\n"
-    ".byte 0\n.previous\n");
-extern "C" const char leak_begin[], leak_end[];
-INCLUDE
-static PyObject* dump(PyObject*, PyObject*) { return PyBytes_FromStringAndSize(leak_begin, leak_end - leak_begin); }
-static PyMethodDef methods[] = {{"dump", dump, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
-static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "NAME", nullptr, -1, methods};
-PyMODINIT_FUNC PyInit_NAME(void) { return PyModule_Create(&def); }
-'''
+# The smallest extension, no torch headers; dump() returns what .incbin embedded (the drill's).
+CAPI = hostile_drill.CAPI
 
 BUILDS = '''
 import os, sys
