@@ -165,3 +165,21 @@ def _read(path: str) -> bytes:
         return Path(path).read_bytes()
     except OSError:
         return b""
+
+
+# -- a contributor's test run ------------------------------------------------------------------
+
+def test_make_test_installs_bubblewrap_first_or_says_loudly_it_cannot(tmp_path):
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\ntest: ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert recipe[0].strip() == "bash scripts/ensure_bubblewrap.sh $(PY)"  # before ruff and pytest
+    tools = tmp_path / "bin"  # a machine with a shell but neither bwrap nor apt-get
+    tools.mkdir()
+    for name in ("bash", "sh", "id", "timeout", "env"):
+        (tools / name).symlink_to(shutil.which(name))
+    r = subprocess.run(["bash", str(REPO / "scripts" / "ensure_bubblewrap.sh"), sys.executable], cwd=REPO,
+                       env={"PATH": str(tools), "PYTHONPATH": str(REPO), "HOME": str(tmp_path)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "The real sandbox is NOT tested on this machine" in r.stdout and "bwrap not found on PATH" in r.stdout
+    assert "Fix: install bubblewrap" in r.stdout
