@@ -32,7 +32,7 @@ from pathlib import Path
 
 import grpc
 
-from evalfarm.client.channel import auth_metadata, read_token_file
+from evalfarm.client.channel import TlsConfig, auth_metadata, read_token_file
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 
@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evalfarm.hostile_drill", description=__doc__.split("\n")[0])
     ap.add_argument("--server", required=True, help="the daemon, HOST:PORT")
     ap.add_argument("--token-file", default=None, help="the bearer token to send")
+    ap.add_argument("--tls-ca", default=None, help="CA certificate (PEM) of the daemon: TLS on")
+    ap.add_argument("--tls-server-name", default=None, help="the name its certificate holds (e.g. from 127.0.0.1)")
     ap.add_argument("--secret-file", action="append", required=True,
                     help="a file whose content must never come back (repeat: the token, TLS key, config, ...)")
     ap.add_argument("--control-file", default="/etc/passwd",
@@ -241,7 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         metadata = auth_metadata(read_token_file(args.token_file)) if args.token_file else ()
-        with grpc.insecure_channel(args.server) as channel:
+        if args.tls_ca:
+            tls = TlsConfig(root_ca=args.tls_ca, server_name=args.tls_server_name)
+            options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
+            channel = grpc.secure_channel(args.server, tls.credentials(), options=options)
+        else:
+            channel = grpc.insecure_channel(args.server)
+        with channel:
             report = run(pb_grpc.EvalFarmStub(channel), args.secret_file, args.control_file, args.task,
                          metadata, args.timeout, only=args.only)
     except (OSError, ValueError) as err:

@@ -231,6 +231,8 @@ def test_the_daemonset_lets_a_root_daemon_use_bubblewrap() -> None:
     assert sc["allowPrivilegeEscalation"] is True
     names = {e["name"] for e in c.get("env", [])}
     assert not names & {"EVALFARM_SANDBOX", "EVALFARM_SANDBOX_UID", "EVALFARM_WORKER_NETNS"}
+    # A cluster's default Pod Security level ("baseline") would refuse those capabilities and profiles.
+    assert by_kind("Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
 def test_the_daemonset_cache_is_writable_by_the_daemon() -> None:
