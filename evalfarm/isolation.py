@@ -66,10 +66,14 @@ def _bubblewrap(gpu: bool) -> str:
         bwrap, why_not = bubblewrap.selected(gpu=gpu)
     except bubblewrap.SandboxUnavailable as err:
         return str(err)
+    except ValueError:  # the GPU choice reads the uid workers switch to
+        return f"{confine.UID_ENV}={os.environ.get(confine.UID_ENV)!r} is not uid[:gid]"
     return "bubblewrap" if bwrap is not None else why_not.removeprefix("bubblewrap not used: ")
 
 
 def _fix(why: str) -> str:
+    if why.startswith(f"{confine.UID_ENV}="):
+        return f"unset {confine.UID_ENV} (uid 65534) or give it as uid:gid"
     if "not found on PATH" in why:
         return "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
     if f"{bubblewrap.MODE_ENV}=builtin" in why or "expected one of" in why:
@@ -78,8 +82,8 @@ def _fix(why: str) -> str:
         return ("run the daemon as root (its candidates run as uid 65534 inside bubblewrap): a GPU worker's "
                 "CUDA arenas need a hand-over that only a root daemon can make")
     if os.geteuid() == 0:
-        return ("let the daemon make namespaces: in a container, add CAP_SYS_ADMIN and run it with seccomp and "
-                "AppArmor unconfined (or a profile that allows unshare, mount and pivot_root)")
+        return ("let the daemon make namespaces: in a container, add CAP_SYS_ADMIN and CAP_NET_ADMIN and run it "
+                "with seccomp and AppArmor unconfined (or profiles that allow unshare, mount and pivot_root)")
     return ("let the daemon's user make user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
             "kernel.apparmor_restrict_unprivileged_userns=0; in a container also seccomp and AppArmor unconfined), "
             "or run the daemon as root")
@@ -103,7 +107,12 @@ def assess(device: str = "cpu") -> Isolation:
             "no namespaces, and the daemon's own uid and files"))
         fixes.append(_fix(how))
     if os.geteuid() == 0:
-        target = confine.target_identity()
+        try:
+            target = confine.target_identity()
+        except ValueError:
+            target = (-1, -1)
+            missing.append(f"{confine.UID_ENV}={os.environ.get(confine.UID_ENV)!r} is not uid[:gid]")
+            fixes.append(f"unset {confine.UID_ENV} (uid 65534) or give it as uid:gid")
         if target is None:
             identity = "root"
             missing.append(f"candidate code stays root ({confine.UID_ENV}=off)")

@@ -69,6 +69,9 @@ def test_candidates_that_stay_root_are_weak(monkeypatch):
     monkeypatch.setenv(confine.UID_ENV, "off")
     found = isolation.assess("cpu")
     assert not found.strong and "stays root" in found.summary()
+    monkeypatch.setenv(confine.UID_ENV, "nobody")  # not a number: weak, and said so (no traceback)
+    found = isolation.assess("cuda")
+    assert not found.strong and "is not uid[:gid]" in found.summary() and found.fix.startswith("unset")
 
 
 def test_a_gpu_daemon_that_is_not_root_is_weak_and_told_to_run_as_root(monkeypatch):
