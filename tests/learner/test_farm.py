@@ -193,3 +193,21 @@ def test_local_daemons_run_weak_only_where_the_host_has_no_strong_sandbox(tmp_pa
         local_weak_sandbox("cpu", "strong")
     with pytest.raises(FarmError, match="farm.local_sandbox must be one of best, strong"):
         FarmSettings(local_sandbox="maybe")
+
+
+def test_the_demos_local_farm_starts_on_a_machine_without_bubblewrap(tmp_path, monkeypatch):
+    """`make demo` on a fresh machine: no bwrap on PATH, the local daemon starts weak and says so."""
+    import grpc
+
+    from evalfarm.v1 import evalfarm_pb2 as pb
+    from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # inherited by the daemon: no bwrap there
+    local = LocalDaemons(1, device="cpu", slots=1, cache_dir=tmp_path / "cache", log_dir=tmp_path / "logs")
+    try:
+        with grpc.insecure_channel(local.endpoints[0]) as ch:
+            cap = pb_grpc.EvalFarmStub(ch).Capacity(pb.CapacityRequest(), timeout=10)
+        assert cap.sandbox.startswith("WEAK: ") and "bwrap not found on PATH" in cap.sandbox
+    finally:
+        local.stop()
+    assert "WARNING: serving untrusted candidates with a weak sandbox" in (tmp_path / "logs" / "daemon-0.log").read_text()
