@@ -84,7 +84,7 @@ from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason, warm_meta
 from evalfarm.judge.quiet import QUIET_WAIT_S, QuietProbe
-from evalfarm.judge.roles import CANDIDATE, EXT_DIR, PROFILE_DIR, REFERENCE, STAGED_CACHE
+from evalfarm.judge.roles import CANDIDATE, EXT_DIR, PROFILE_DIR, REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
 from evalfarm.judge.state import set_clean_state
 from evalfarm.judge.task_facts import valid_footprint
@@ -496,6 +496,7 @@ class Judge:
         self.correctness_only = bool(request.get("correctness_only"))
         self.diagnostics = diagnose.Diagnostics.from_dict(request.get("diagnostics"))
         self._tmp = ""
+        self._staged = ""  # StartedWorkers.staged_cache: what the candidate worker may load, read-only
         self._cgroup_notes: list[str] = []
         self._started = started
         # RoundsHold (or None: nothing to wait for): times count only from the owner's go.
@@ -528,6 +529,7 @@ class Judge:
             except bubblewrap.SandboxUnavailable as err:
                 return self._result(Verdict.INFRA_ERROR, None, str(err))
         tmp = self._tmp = started.tmp
+        self._staged = started.staged_cache
         workers = started.workers
         arenas: list[Arena] = []
         try:
@@ -810,7 +812,7 @@ class Judge:
         shows the cache itself, where every other candidate's builds are."""
         from evalfarm.build.cache import ExtensionCache
 
-        dest = os.path.join(self._tmp, STAGED_CACHE)
+        dest = self._staged
         if not os.path.isdir(os.path.join(dest, "ext")):
             ExtensionCache(self.cache_dir).stage(self.expected_extensions, dest)
         return dest
