@@ -30,7 +30,10 @@ farm-demo: $(STAMP)
 # the other workers idle while each waits for the tests in flight to end.
 TEST_WORKERS ?= 2
 
+# bubblewrap first (installed where this machine allows; a loud note where it cannot): the tests
+# then exercise the sandbox a farm daemon requires (docs/operations.md, "Isolation").
 test: $(STAMP)
+	bash scripts/ensure_bubblewrap.sh $(PY)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not gpu and not long and not exclusive" --durations=30
 	$(PY) -m pytest -q -m "exclusive and not gpu and not long" --durations=5

@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                          "default: every built-in task with variants for the device)")
     ap.add_argument("--warm-call", choices=("auto", "on", "off"), default="auto",
                     help="ScoreConfig.warm_call for the stream (auto: the farm's default, on for a CPU only)")
+    ap.add_argument("--allow-weak-sandbox", action="store_true",
+                    help="start the local daemon even where this host has no strong sandbox (it says so)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from evalfarm.client.sync import FarmClient
@@ -326,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
                     extra += ["--standby-hold", args.standby_hold]
                 try:
                     daemon = LocalDaemon(device="cuda" if gpu else "cpu", cache_dir=os.path.join(tmp, "cache"),
-                                         log_path=args.out / "daemon.log", args=extra, start_timeout_s=180.0)
+                                         log_path=args.out / "daemon.log", args=extra, start_timeout_s=180.0,
+                                         allow_weak_sandbox=args.allow_weak_sandbox)
                 except LocalDaemonError as err:
                     raise SystemExit(str(err)) from None
             client = FarmClient([args.endpoint or daemon.endpoint], default_deadline_s=args.timeout)

@@ -13,8 +13,10 @@ What a worker sees inside (``command``):
   ``/proc`` (no process of the judge or the daemon) and a minimal ``/dev`` (null, zero, random,
   urandom, tty, and on a GPU the NVIDIA device nodes);
 * a filesystem made of read-only binds of the system directories (``/usr``, the ``/bin`` and
-  ``/lib`` links), a few files of ``/etc``, the Python environment, the project and the
-  extension cache; nothing else of the host (no home directory, no token file, no other
+  ``/lib`` links), a few files of ``/etc``, the Python environment (torch), the ``evalfarm``
+  package (not the checkout around it) and the toolchain (``confine.needed_paths``), and for a
+  candidate worker the extensions its judge copied out of the cache for it; nothing else of the
+  host (no home directory, no token, TLS key or config file, no cache of the daemon's, no other
   evaluation's directory);
 * ``/tmp``, ``/dev/shm`` and its own directory as size-limited tmpfs mounts (each as large as
   the file-size limit), gone when it ends; the subdirectories the judge reads afterwards
@@ -188,7 +190,8 @@ def describe(view: WorkerView) -> str:
     if view.host_shm_until_attach:
         who += " (and CAP_SYS_ADMIN until /dev/shm is covered)"
     return (f"bubblewrap: PID namespace with its own /proc; mount, IPC, UTS, {net} namespaces; {who}; "
-            f"read-only system, Python and project; {listed} {mib} MiB tmpfs" + (" each" if len(places) > 1 else "")
+            f"read-only system, Python (torch) and the evalfarm package, nothing else of the host; {listed} {mib} MiB "
+            "tmpfs" + (" each" if len(places) > 1 else "")
             + (f"; devices {', '.join(os.path.basename(d) for d in view.devices)}" if view.devices else "")
             + (f"; {SHARED_ENV} bound writable (testing only)" if view.shared else ""))
 

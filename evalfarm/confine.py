@@ -332,15 +332,22 @@ def cover_host_shm(size_bytes: int) -> list[str]:
     return [f"/dev/shm the host's until the arenas were attached, then a private {mib} MiB tmpfs"]
 
 
+def hand_over(path: str, uid: int, gid: int) -> None:
+    """Give ``path`` and everything under it to ``uid``/``gid`` (links themselves, not their targets).
+    Deepest first: a process without CAP_DAC_OVERRIDE (root inside bubblewrap) can no longer
+    traverse a directory of mode 0700 once it has given it away."""
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in [*(os.path.join(root, x) for x in dirs + files), root]:
+            os.lchown(name, uid, gid)
+
+
 def drop_privileges(uid: int, gid: int, writable: list[str], needed: list[str]) -> list[str]:
     """Switch this root process to ``uid``/``gid`` for good; ``writable`` directories are given
     to it first, ``needed`` paths made reachable. Raises PermissionError when the switch fails
     (running candidate code as root instead would be worse than not running it)."""
     notes = expose_paths(needed, uid, gid)
     for d in writable:
-        for root, dirs, files in os.walk(d):
-            for name in [root, *(os.path.join(root, x) for x in dirs + files)]:
-                os.lchown(name, uid, gid)
+        hand_over(d, uid, gid)
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
@@ -353,17 +360,28 @@ def drop_privileges(uid: int, gid: int, writable: list[str], needed: list[str]) 
 
 
 def needed_paths() -> list[str]:
-    """What a worker reads after it drops privileges: the interpreter, its libraries, the project."""
+    """What a process that runs or compiles candidate code reads, and all of the host a sandbox
+    shows it besides the system directories: the interpreter and its Python environment (torch is
+    there), the ``evalfarm`` package alone (not the checkout around it), CUDA and the compilers.
+    Not the caller's working directory or other entries of its ``sys.path``: a daemon started in
+    its cache or config directory, or from a checkout holding a token, shows none of those."""
     import sysconfig
 
     from evalfarm.sandbox import project_root
 
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, project_root(), os.path.dirname(os.path.realpath(sys.executable))}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    paths = {*prefixes, os.path.join(project_root(), "evalfarm"), os.path.dirname(os.path.realpath(sys.executable))}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib", "include", "platinclude"):
         p = sysconfig.get_paths().get(key)
         if p:
             paths.add(p)
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    roots = [os.path.realpath(p) for p in prefixes]
+    for p in sys.path:  # the environment's own package directories (a user site, a zipped stdlib)
+        real = os.path.realpath(p) if p else ""
+        if real and os.path.exists(real) and (
+                any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+                or os.path.basename(real) in ("site-packages", "dist-packages")):
+            paths.add(real)
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             paths.add(os.environ[var])

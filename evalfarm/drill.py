@@ -160,7 +160,8 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for i in range(2):
             daemons.append(LocalDaemon(device=device, cache_dir=work / "cache", log_path=work / f"daemon-{i}.log",
-                                       args=extra, env=env, start_timeout_s=180.0))
+                                       args=extra, env=env, start_timeout_s=180.0,
+                                       allow_weak_sandbox=args.allow_weak_sandbox))
         trees = {d.pid: set(lifetime.descendants(d.pid)) for d in daemons}
         options = {"num_correctness_inputs": args.inputs or (1000 if device == "cuda" else 20),
                    "timing_budget_s": args.budget or (10.0 if device == "cuda" else 0.5)}
@@ -211,7 +212,7 @@ def run_drill(args: argparse.Namespace) -> dict[str, Any]:
         left = sorted(p for p in every if alive(p))
         checks["no process left"] = not left
         with LocalDaemon(device="cpu", cache_dir=work / "cache", log_path=work / "sweeper.log", env=env,
-                         args=["--warm-judges", "0"]):
+                         args=["--warm-judges", "0"], allow_weak_sandbox=args.allow_weak_sandbox):
             pass  # its start sweeps the run directories of the daemon that was killed
         runs_left = sorted(n for n in os.listdir(tmp_root) if n.startswith(lifetime.PREFIX))
         checks["no run directory left"] = not runs_left
@@ -243,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-wait", type=float, default=120.0, help="seconds to wait for a busy process to kill")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for any one result")
     ap.add_argument("--out", type=Path, default=Path("drill"), help="directory for drill.json and the daemons' logs")
+    ap.add_argument("--allow-weak-sandbox", action="store_true",
+                    help="start the daemons even where this host has no strong sandbox (they say so); "
+                         "without it such a host cannot run the drill (exit 2)")
     args = ap.parse_args(argv)
     if args.candidates < 6:
         ap.error("--candidates must be at least 6 (three faults need work in flight)")

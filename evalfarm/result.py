@@ -86,6 +86,10 @@ class Evidence:
     # What the candidate's process was isolated with, as its worker reported it, e.g.
     # ["network namespace", "no process limit: RLIMIT_NPROC not effective: running as root"].
     isolation: list[str] = dataclasses.field(default_factory=list)
+    # The sandbox every candidate of this host gets, from the check a daemon makes at start
+    # (evalfarm.isolation.assess): "strong: ..." or "WEAK: <what is missing>", and for a daemon
+    # that serves anyway, "(served with --allow-weak-sandbox)".
+    sandbox: str = ""
     # The physical-floor gate (GPU only, evalfarm.judge.judge.physical_floor): {"applied",
     # "violated", "output_bytes", "l2_bytes", "peak_dram_bytes_s", "floor_us", "cand_time_us_median",
     # "ref_time_us_median", "note", and NVML's "mem_clock_max_mhz", "memory_bus_width_bits", "nvml"

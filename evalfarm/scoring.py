@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evalfarm import other_sizes, reverify
+from evalfarm import isolation, other_sizes, reverify
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.build.hook import uses_inline_extensions
 from evalfarm.config import ScoreConfig
@@ -148,6 +148,8 @@ class Evaluation:
     def _finish(self, result: ScoreResult) -> None:
         result.task = result.task or self.task.name
         result.candidate_sha256 = self.candidate.sha256
+        if not result.evidence.sandbox:  # the host's check (a daemon's says the same, from its start)
+            result.evidence.sandbox = isolation.assess(self.config.device).summary()
         if self._cancelled:
             result = ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled", evidence=result.evidence,
                                          task=result.task, candidate_sha256=self.candidate.sha256)
@@ -279,7 +281,7 @@ class Evaluation:
             if self._cancelled:
                 return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
             judge = (self.judges.take(cfg.device) if self.judges is not None
-                     else JudgeProcess(cfg.device, cache_dir=str(self.pool.cache_dir)))
+                     else JudgeProcess(cfg.device))
             self._judges.append(judge)
         age_s = judge.age_s
         conn = judge.conn

@@ -42,6 +42,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "rl.grpo.kl_estimator": ("k1", "k2", "k3"),
     "rl.grpo.aggregation": ("token", "sequence"),
     "farm.local_device": ("auto", "cpu", "cuda"),
+    "farm.local_sandbox": ("best", "strong"),
 }
 LISTS: dict[str, tuple[str, ...]] = {"stages": STAGES, "eval.prompts": EVAL_FORMS}
 

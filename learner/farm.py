@@ -87,6 +87,10 @@ class FarmSettings:
     local_device: str = "auto"  # "auto" (GPUs when present), "cpu" or "cuda"
     local_slots: int = 1  # CPU slots per local daemon
     local_cache_dir: str = ""  # local daemons' result + build cache; "" = <workdir>/farm-cache
+    # "best": local daemons use the strong sandbox where this host has it, and otherwise start weak
+    # with a warning (they score this run's own samples, on loopback, as `evalfarm score` does);
+    # "strong": refuse to start without it, as a farm daemon does.
+    local_sandbox: str = "best"
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # evalfarm ScoreConfig fields
     gpu_model: str = ""  # score every sample on this device model; "" = the first model per task
     sample_deadline_s: float = 900.0  # the client turns a sample older than this into INFRA_ERROR
@@ -106,6 +110,7 @@ class FarmSettings:
             local_device=str(cfg.local_device),
             local_slots=int(cfg.local_slots),
             local_cache_dir=str(cfg.local_cache_dir),
+            local_sandbox=str(cfg.get("local_sandbox", "best")),
             options=dict(cfg.options),
             gpu_model=str(cfg.get("gpu_model", "") or ""),
             sample_deadline_s=float(cfg.sample_deadline_s),
@@ -114,6 +119,8 @@ class FarmSettings:
 
     def __post_init__(self) -> None:
         validate_options(dict(self.options))
+        if self.local_sandbox not in LOCAL_SANDBOX:
+            raise FarmError(f"farm.local_sandbox must be one of {', '.join(LOCAL_SANDBOX)}, got {self.local_sandbox!r}")
         if self.max_resubmits < 0:
             raise FarmError(f"farm.max_resubmits must be >= 0, got {self.max_resubmits}")
 
@@ -127,11 +134,32 @@ def host_has_gpu() -> bool:
         return False
 
 
+LOCAL_SANDBOX = ("best", "strong")
+
+
+def local_weak_sandbox(device: str, policy: str) -> bool:
+    """Whether local daemons for ``device`` start with --allow-weak-sandbox: only where this host
+    cannot give the strong sandbox (evalfarm.isolation, the check the daemon itself makes) and
+    ``policy`` is "best", which logs what is missing; "strong" raises FarmError with it instead."""
+    from evalfarm import isolation
+
+    found = isolation.assess(device)
+    if found.strong:
+        return False
+    if policy == "strong":
+        raise FarmError(f"local farm (farm.local_sandbox = 'strong'): {found.refusal()}")
+    log.warning("local farm: this run's candidates get a WEAK sandbox (%s); they run with your files and "
+                "network in reach. Fix: %s; farm.local_sandbox = 'strong' refuses to start without it",
+                "; ".join(found.missing), found.fix)
+    return True
+
+
 class LocalDaemons:
     """`evalfarm serve` processes on loopback, owned by this object (evalfarm.server.local)."""
 
     def __init__(self, count: int, *, device: str, slots: int, cache_dir: Path, log_dir: Path,
-                 start_timeout_s: float = 120.0, kernelbench_root: str | None = None) -> None:
+                 start_timeout_s: float = 120.0, kernelbench_root: str | None = None,
+                 sandbox: str = "best") -> None:
         from evalfarm.server.local import LocalDaemon, LocalDaemonError
 
         if count < 1:
@@ -139,6 +167,7 @@ class LocalDaemons:
         if device == "auto":
             device = "cuda" if host_has_gpu() else "cpu"
         self.device = device
+        weak = local_weak_sandbox(device, sandbox)
         self.daemons: list[LocalDaemon] = []
         # Resolve the learner's own task set, not the built-in suite.
         args = ["--kernelbench-root", str(kernelbench_root)] if kernelbench_root else []
@@ -146,7 +175,7 @@ class LocalDaemons:
             for i in range(count):
                 self.daemons.append(LocalDaemon(device=device, slots=slots, cache_dir=cache_dir,
                                                 log_path=log_dir / f"daemon-{i}.log", args=args,
-                                                start_timeout_s=start_timeout_s))
+                                                start_timeout_s=start_timeout_s, allow_weak_sandbox=weak))
         except LocalDaemonError as err:
             self.stop()
             raise FarmError(f"local farm daemon {len(self.daemons)}: {err}") from None
@@ -223,6 +252,7 @@ class Farm:
                 log_dir=workdir / "logs",
                 start_timeout_s=settings.start_timeout_s,
                 kernelbench_root=None if task_suite == "builtin" else task_suite,
+                sandbox=settings.local_sandbox,
             )
             endpoints = self.local.endpoints
         self.shares_cpu_with_learner = self.local is not None and self.local.device == "cpu"

@@ -44,6 +44,8 @@ def main() -> int:
     ap.add_argument("--cached-repeats", type=int, default=200)
     ap.add_argument("--inputs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=0.5)
+    ap.add_argument("--allow-weak-sandbox", action="store_true",
+                    help="start the daemon even where this host has no strong sandbox (it says so)")
     args = ap.parse_args()
 
     suite = builtin_suite()
@@ -63,7 +65,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as cache_dir:
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        with LocalDaemon(device="cpu", slots=1, cache_dir=cache_dir, env=env, start_timeout_s=60) as daemon:
+        with LocalDaemon(device="cpu", slots=1, cache_dir=cache_dir, env=env, start_timeout_s=60,
+                         allow_weak_sandbox=args.allow_weak_sandbox) as daemon:
             with grpc.insecure_channel(daemon.endpoint) as ch:
                 stub = pb_grpc.EvalFarmStub(ch)
                 req = pb.ScoreRequest(task=pb.TaskRef(name=args.task), options=options, no_cache=True,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,19 @@ def _has_gpu() -> bool:
 
 
 HAS_GPU = _has_gpu()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from tests.sandbox_under_test import describe
+
+    return describe()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    from tests.sandbox_under_test import SANDBOX, describe
+
+    if not SANDBOX.strong:  # said again at the end, where a green run is read
+        terminalreporter.write_sep("!", describe(), yellow=True, bold=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -63,7 +63,7 @@ def test_host_dev_shm_is_bound_only_with_the_capability_to_cover_it(monkeypatch)
     assert head[head.index("CAP_SYS_ADMIN") - 1] == "--cap-add"
     assert "CAP_SYS_ADMIN until /dev/shm is covered" in bubblewrap.describe(view)
     assert bubblewrap.environment(view)[bubblewrap.SHM_ENV] == str(8 << 20)  # the worker's cover size
-    assert "/dev/shm" not in bubblewrap.describe(view).split("project; ")[1]  # not among its tmpfs mounts
+    assert "/dev/shm" not in bubblewrap.describe(view).split("of the host; ")[1]  # not among its tmpfs mounts
     plain = bubblewrap.command("/usr/bin/bwrap", bubblewrap.WorkerView(own_dir="/tmp/own", scratch_bytes=8 << 20,
                                                                        readable=()), ["python3"])
     assert "CAP_SYS_ADMIN" not in plain and "--tmpfs /dev/shm" in " ".join(plain)

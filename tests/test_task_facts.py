@@ -115,7 +115,7 @@ def test_the_second_evaluation_of_a_task_plans_from_the_first_ones_footprint(dat
     from evalfarm.scoring import score
 
     cfg = ScoreConfig(device="cuda", num_correctness_inputs=20, timing_budget_s=0.5)
-    judges = WarmJudges({}, cache_dir="")
+    judges = WarmJudges({})
     try:
         first = score(data_dir / "gpu" / "task_relu.py", data_dir / "gpu" / "cand_same.py", cfg, judges=judges)
         second = score(data_dir / "gpu" / "task_relu.py", data_dir / "gpu" / "cand_same.py", cfg, judges=judges)

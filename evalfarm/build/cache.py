@@ -87,8 +87,8 @@ def extension_spec(name: str, cpp_sources: Any, cuda_sources: Any, kwargs: dict[
         "with_cuda": kwargs.get("with_cuda"),
         "is_python_module": kwargs.get("is_python_module", True),
         "with_pytorch_error_handling": kwargs.get("with_pytorch_error_handling", True),
-        # Without the implicit ``#include <torch/extension.h>``: the sources say what they include.
-        "no_implicit_headers": bool(kwargs.get("no_implicit_headers", False)),
+        # Only when set, so that the keys of every other call stay what they were.
+        **({"no_implicit_headers": True} if kwargs.get("no_implicit_headers") else {}),
     }
 
 
@@ -243,6 +243,29 @@ class ExtensionCache:
             return target, note
         finally:
             remove_tree(stage)
+
+    def stage(self, expected: dict[str, dict[str, str]], dest: str | Path) -> ExtensionCache:
+        """Trusted side: copy the entries a worker may load (``expected``: key -> the file hashes the
+        build pool installed) into ``dest``, laid out as a cache of their own, read-only, so that the
+        worker's sandbox shows these and nothing else of the cache. An entry that does not verify
+        against its expected hashes is left out (the worker then builds it for itself)."""
+        staged = ExtensionCache(dest)
+        for key, files in expected.items():
+            try:
+                if self.verify(key)["files"] != files:
+                    continue
+            except (FileNotFoundError, CacheTampered):
+                continue
+            target = staged.entry_dir(key)
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(self.entry_dir(key), target, symlinks=True)
+            for dirpath, _dirs, filenames in os.walk(target, topdown=False):
+                for name in filenames:
+                    os.chmod(os.path.join(dirpath, name), 0o444)
+                os.chmod(dirpath, 0o555)
+        return staged
 
     def evict(self, key: str) -> None:
         """Remove an entry (one that failed verification) so the next build reinstalls it."""

@@ -33,8 +33,10 @@ import json
 import logging
 import os
 import subprocess
+import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -167,16 +169,23 @@ class BuildPool:
         with self._lock:
             self._in_flight.pop(key, None)
 
+    @staticmethod
+    def _own_dir(run_dir: str, kind: str) -> str:
+        """A fresh directory for one sandboxed child, inside the build's run directory: no earlier
+        child of the build (candidate code, in discover) wrote there or can reach it."""
+        return tempfile.mkdtemp(prefix=f"{kind}-", dir=run_dir)
+
     def _child(self, request: dict[str, Any], tmp: str, arch: str, deadline: float) -> tuple[dict[str, Any] | None, str]:
-        """Run one runner child to completion (or the deadline); (its result, its output)."""
-        result_path = os.path.join(tmp, f"result-{len(os.listdir(tmp))}.json")
+        """Run one runner child in its directory ``tmp`` to completion (or the deadline); (its
+        result, its output)."""
+        # A name the child cannot have laid a link at before it started, read without following one.
+        result_path = os.path.join(tmp, f"result-{uuid.uuid4().hex}.json")
         extra = {"CUDA_VISIBLE_DEVICES": ""}
         if "EVALFARM_WORKER_NETNS" in os.environ:
             extra["EVALFARM_WORKER_NETNS"] = os.environ["EVALFARM_WORKER_NETNS"]
         if arch.startswith("sm_"):
             extra["TORCH_CUDA_ARCH_LIST"] = f"{arch[3:-1]}.{arch[-1]}"
-        request = {**request, "arch": arch, "cache_dir": str(self.cache.root), "result_path": result_path,
-                   "memory_bytes": 16 << 30}
+        request = {**request, "arch": arch, "result_path": result_path, "memory_bytes": 16 << 30}
         argv = sandbox.python_cmd("evalfarm.build.runner")
         if request.get("mode") != "toolchain":  # candidate code (discover) or sources (compile)
             argv = self._sandboxed(argv, tmp, extra)
@@ -219,7 +228,7 @@ class BuildPool:
                 "(the cgroup's OOM killer ended one)\n") if oom else ""
         text = note + text
         try:
-            with open(result_path) as f:
+            with open(os.open(result_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)) as f:
                 result = json.load(f)
             if isinstance(result, dict) and note:
                 result["oom"] = True  # the farm's limit ended it: such a failure is never remembered
@@ -269,15 +278,18 @@ class BuildPool:
 
     def _sandboxed(self, argv: list[str], tmp: str, extra: dict[str, str]) -> list[str]:
         """``argv`` inside bubblewrap where the host has it (evalfarm.bubblewrap; the runner's own
-        namespaces otherwise): the run directory writable, the cache and toolchains read-only."""
+        namespaces otherwise): the run directory writable; system, Python, torch, the evalfarm
+        package and the toolchains read-only; nothing else of the host (not the extension cache,
+        which the pool alone reads, nor the daemon's token, TLS key, config or result cache). Run by
+        root, the child keeps what it needs to switch to the unprivileged uid (the runner does)."""
         bwrap, why_not = bubblewrap.selected()
         if bwrap is None:
             extra[bubblewrap.NOTE_ENV] = why_not
             return argv
         view = bubblewrap.WorkerView(  # needed_paths() has the toolchain's CUDA_HOME / CUDA_PATH
-            own_dir=tmp, scratch_bytes=BUILD_SCRATCH_BYTES, readable=(*confine.needed_paths(), str(self.cache.root)),
+            own_dir=tmp, scratch_bytes=BUILD_SCRATCH_BYTES, readable=tuple(confine.needed_paths()),
             network=not confine.own_network(), own_dir_tmpfs=False,
-            become_unprivileged=False, shared=bubblewrap.shared_dirs())
+            become_unprivileged=confine.target_identity() is not None, shared=bubblewrap.shared_dirs())
         extra.update(bubblewrap.environment(view))
         return bubblewrap.command(bwrap, view, argv)
 
@@ -302,8 +314,8 @@ class BuildPool:
             for _ in range(MAX_DISCOVER_PASSES):
                 raised = {k: {f: str(v.get(f, "")) for f in ("name", "type", "message", "log")}
                           for k, v in failed.items()}
-                found, text = self._child({"mode": "discover", "source": source, "failed": raised}, tmp, arch,
-                                          deadline)
+                found, text = self._child({"mode": "discover", "source": source, "failed": raised},
+                                          self._own_dir(tmp, "discover"), arch, deadline)
                 if found is None:
                     return self._count(BuildReport("error", time.monotonic() - start, text,
                                                    failed_extensions=list(failed.values())))
@@ -388,8 +400,10 @@ class BuildPool:
             log.warning("event=cache_entry_tampered key=%s detail=%r", key, note)
             self.cache.evict(key)
             note += "; rebuilt and reinstalled"
-        os.makedirs(build_dir)
-        result, text = self._child({"mode": "compile", "spec": spec, "build_dir": build_dir}, tmp, arch, deadline)
+        own = self._own_dir(tmp, "compile")
+        build_dir = os.path.join(own, key)
+        os.mkdir(build_dir)
+        result, text = self._child({"mode": "compile", "spec": spec, "build_dir": build_dir}, own, arch, deadline)
         if result is None or result.get("status") not in ("ok", "compile_error", "refused"):
             return BuildReport("error", 0.0, text)
         if result["status"] == "refused":

@@ -5,12 +5,12 @@ Usage (internal): ``python -m evalfarm.build.runner < request.json``.
 * ``discover`` (default): runs the candidate's module to find its ``load_inline`` calls (sources
   may be computed). Candidate code runs here, so the process is untrusted: own session, resource
   limits, a private temp dir, no GPU visible, and its own network namespace (as the worker has).
-  It compiles nothing and writes nothing outside its directory: a call with no verified cache
-  entry gets a stand-in module, and its spec is reported. A call whose build the pool already saw
-  fail (``failed`` in the request) raises that failure, as load_inline would: a module that catches
-  it and calls load_inline again (a corrected source) has that call discovered too. Errors in the
-  module are ignored here (the candidate worker reports them), except that an uncaught build
-  failure is named (``uncaught_failure``: its key).
+  It compiles nothing, reads no cache and writes nothing outside its directory: every call gets a
+  stand-in module, and its spec is reported (the pool looks each up in the cache itself). A call
+  whose build the pool already saw fail (``failed`` in the request) raises that failure, as
+  load_inline would: a module that catches it and calls load_inline again (a corrected source) has
+  that call discovered too. Errors in the module are ignored here (the candidate worker reports
+  them), except that an uncaught build failure is named (``uncaught_failure``: its key).
 * ``compile``: compiles one reported spec into a private directory, running no candidate Python
   code; the trusted pool hashes and installs the result (``ExtensionCache.install``).
 * ``toolchain``: prints the toolchain description the cache key covers (trusted; no candidate input).
@@ -28,13 +28,20 @@ import traceback
 def _isolate(request: dict) -> list[str]:
     """Before anything else (one thread): candidate code may run here (``discover``), so no
     network, and every process it starts dies with this one (evalfarm.confine). Returns in a
-    forked child when a PID namespace was had."""
-    from evalfarm import confine
+    forked child when a PID namespace was had. Run by root, it then goes on as the unprivileged
+    uid workers use (its directory handed to that uid first), before any candidate input is read."""
+    from evalfarm import bubblewrap, confine
     from evalfarm.sandbox import Limits, apply_limits
 
     confine.die_with_parent()
     notes = confine.enter_sandbox()
     apply_limits(Limits(memory_bytes=request.get("memory_bytes")))
+    who = confine.target_identity()
+    if who is not None:
+        # Masking what the uid cannot traverse needs a mount namespace of this process's own.
+        private = bool(os.environ.get(bubblewrap.INSIDE_ENV)) or confine.PRIVATE_MOUNTS
+        notes += confine.drop_privileges(*who, writable=[os.getcwd()],
+                                         needed=confine.needed_paths() if private else [])
     from evalfarm import seccomp
 
     return [*notes, seccomp.install()]
@@ -45,8 +52,9 @@ def discover(request: dict) -> dict:
     from evalfarm.build.cache import ExtensionCache
     from evalfarm.tasks.format import exec_module
 
-    state = hook.install(ExtensionCache(request["cache_dir"]), request["arch"], discover=True,
-                         failed=request.get("failed") or None)
+    # An empty cache of its own: every call is reported, none is loaded (the cache is not in view).
+    empty = ExtensionCache(os.path.join(os.getcwd(), "no-cache"))
+    state = hook.install(empty, request["arch"], discover=True, failed=request.get("failed") or None)
     result: dict[str, object] = {"status": "ok"}
     try:
         exec_module(request["source"], "evalfarm_candidate_build", "candidate.py")
@@ -68,9 +76,7 @@ def compile_spec(request: dict) -> dict:
     spec = request["spec"]
     kwargs = {k: spec[k] for k in ("functions", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",
                                    "extra_include_paths", "with_cuda", "is_python_module",
-                                   "with_pytorch_error_handling")}
-    if spec.get("no_implicit_headers"):  # passed only when asked for: older torch has no such argument
-        kwargs["no_implicit_headers"] = True
+                                   "with_pytorch_error_handling", "no_implicit_headers") if k in spec}
     if isinstance(kwargs["functions"], list) and kwargs["functions"] and isinstance(kwargs["functions"][0], list):
         kwargs["functions"] = dict(kwargs["functions"])  # a {name: docstring} map, stored as sorted pairs
     from evalfarm.build import includes

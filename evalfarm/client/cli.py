@@ -211,6 +211,7 @@ def _status_of(target: str, args: argparse.Namespace, metadata: Any, timeout: fl
         "queue_depth": cap.queue_depth,
         "queue_limit": cap.queue_limit,
         "draining": cap.draining,
+        "sandbox": cap.sandbox,
         "slot_status": [
             {"index": sl.index, "device": sl.device, "gpu_name": sl.gpu_name, "gpu_uuid": sl.gpu_uuid,
              "busy": sl.busy, "in_service": sl.in_service, "reason": sl.reason,
@@ -259,6 +260,8 @@ def _print_one(info: dict[str, Any]) -> None:
     print(f"{info['server']}  host {info['host']}  evalfarm {info['version']}  health {info['health']}"
           f"{'  DRAINING' if info['draining'] else ''}")
     print(f"  mode {info['device_mode']}  gpus: {gpus}")
+    if info["sandbox"]:
+        print(f"  sandbox {info['sandbox']}")
     print(f"  slots {info['free_slots']}/{info['slots']} free, {info['running']} running, "
           f"{info['out_of_service']} out of service, queue {info['queue_depth']}/{info['queue_limit']}")
     for sl in info["slot_status"]:
@@ -338,6 +341,8 @@ def run_status(args: argparse.Namespace) -> int:
           f"slots {totals['free_slots']}/{totals['slots']} free, {totals['running']} busy, "
           f"{totals['out_of_service']} out of service; queued {totals['queue_depth']}; by model: {models}")
     for i in infos:
+        if i.get("sandbox", "").startswith("WEAK"):
+            print(f"  {i['server']} sandbox {i['sandbox']}")
         for sl in i.get("slot_status", []):
             if not sl["in_service"]:
                 print(f"  {i['server']} slot {sl['index']} ({sl['gpu_uuid'] or sl['device']}) OUT OF SERVICE: "

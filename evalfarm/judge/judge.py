@@ -518,6 +518,7 @@ class Judge:
         self.correctness_only = bool(request.get("correctness_only"))
         self.diagnostics = diagnose.Diagnostics.from_dict(request.get("diagnostics"))
         self._tmp = ""
+        self._staged = ""  # StartedWorkers.staged_cache: what the candidate worker may load, read-only
         self._cgroup_notes: list[str] = []
         self._started = started
         # RoundsHold (or None: nothing to wait for): times count only from the owner's go.
@@ -548,16 +549,17 @@ class Judge:
     def run(self) -> ScoreResult:
         started = self._started
         scratch = self.config.file_size_limit_bytes
-        if started is not None and not started.fits(self.config.device, self.cache_dir, scratch):
+        if started is not None and not started.fits(self.config.device, scratch):
             started.close()  # started for another device or sandbox: not usable for this request
             sandbox.wipe(started.tmp)
             started = None
         if started is None:
             try:
-                started = start_workers(self.config.device, self.report_pgid, self.cache_dir, scratch)
+                started = start_workers(self.config.device, self.report_pgid, scratch)
             except bubblewrap.SandboxUnavailable as err:
                 return self._result(Verdict.INFRA_ERROR, None, str(err))
         tmp = self._tmp = started.tmp
+        self._staged = started.staged_cache
         workers = started.workers
         arenas: list[Arena] = []
         try:
@@ -775,7 +777,7 @@ class Judge:
         })
         wire.send_pickle(self.cand.conn, {
             **common, "role": CANDIDATE, "candidate_source": self.candidate_source,
-            "cache_dir": self.cache_dir, "arch": self.arch, **facts,
+            "cache_dir": self._staged_cache(), "arch": self.arch, **facts,
             "expected_extensions": self.expected_extensions, "failed_extensions": self.failed_extensions,
             "in_arena": self.arenas[CANDIDATE, "in"].handle(), "out_arena": self.arenas[CANDIDATE, "out"].handle(),
             "staging": self._staging_handle(CANDIDATE),
@@ -851,7 +853,7 @@ class Judge:
             str(self.diagnostics.profile_dir), worker_dir, msg, device=str(self.device), tmp=self._tmp,
             visible=visible, size_profile=size_profile, spec={
                 "task_name": self.task.name, "task_source": self.task.source, "size_profiles": self.task.size_profiles,
-                "profile": size_profile, "candidate_source": self.candidate_source, "cache_dir": self.cache_dir,
+                "profile": size_profile, "candidate_source": self.candidate_source, "cache_dir": self._staged_cache(),
                 "arch": self.arch})
 
     def _own_kernels(self, loaded: bool) -> dict[str, Any]:
@@ -899,6 +901,17 @@ class Judge:
             ref_out = [arena.view(s) for s in plan.calls[REFERENCE].out_slots]
         self._save_failing(plan, f"structure: {detail}" + ("" if ref_out else " (the reference had not run yet in "
                            "this round: its output is not saved)"), ref_out, [])
+
+    def _staged_cache(self) -> str:
+        """The extensions the build pool installed for this candidate, copied out of the cache into
+        the directory its worker sees read-only (evalfarm.judge.workers): the worker's sandbox never
+        shows the cache itself, where every other candidate's builds are."""
+        from evalfarm.build.cache import ExtensionCache
+
+        dest = self._staged
+        if not os.path.isdir(os.path.join(dest, "ext")):
+            ExtensionCache(self.cache_dir).stage(self.expected_extensions, dest)
+        return dest
 
     def _check_symbols(self, extensions: Any) -> None:
         """Static check of every extension the worker loaded, read from the cache (not the worker).

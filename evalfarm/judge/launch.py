@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     # Everything that does not depend on the evaluation happens before its request arrives; the
     # workers first, so they start up while this process imports the judge.
     try:
-        started: StartedWorkers | None = start_workers(args.device, report_pgid, args.cache_dir)
+        started: StartedWorkers | None = start_workers(args.device, report_pgid)
     except bubblewrap.SandboxUnavailable as err:
         started = None  # the evaluation tries again and reports why it cannot
         hardening = [*hardening, str(err)]
@@ -63,8 +63,6 @@ def parse_args(argv: list[str]) -> Any:
     parser.add_argument("--device", required=True, help="the evaluation device (cpu, cuda, cuda:N)")
     parser.add_argument("--request-timeout", type=float, default=60.0,
                         help="seconds to wait for the evaluation request before exiting")
-    parser.add_argument("--cache-dir", default="",
-                        help="the extension cache the evaluation will use (bound read-only into a bubblewrap sandbox)")
     return parser.parse_args(argv)
 
 

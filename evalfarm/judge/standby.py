@@ -47,9 +47,8 @@ class JudgeProcess:
     ``{"op": "worker", "pgid": N}`` messages, read by ``note_message``.
     """
 
-    def __init__(self, device: str, request_timeout_s: float = COLD_REQUEST_TIMEOUT_S, cache_dir: str = "") -> None:
+    def __init__(self, device: str, request_timeout_s: float = COLD_REQUEST_TIMEOUT_S) -> None:
         self.device = device
-        self.cache_dir = cache_dir
         self.request_timeout_s = request_timeout_s
         self.run_dir = lifetime.RunDir("eval")
         self.worker_pgids: list[int] = []
@@ -65,7 +64,7 @@ class JudgeProcess:
         try:
             self.proc = subprocess.Popen(
                 [*sandbox.python_cmd("evalfarm.judge.launch"), str(fd), "--device", device,
-                 "--request-timeout", f"{request_timeout_s:g}", "--cache-dir", str(cache_dir)],
+                 "--request-timeout", f"{request_timeout_s:g}"],
                 pass_fds=(fd,), cwd=tmp, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
             )
         except BaseException:
@@ -145,14 +144,13 @@ class WarmJudges:
     CHECK_INTERVAL_S = 10.0
 
     def __init__(self, depth: dict[str, int], idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-                 cache_dir: str = "", hold_rounds: bool = True) -> None:
+                 hold_rounds: bool = True) -> None:
         if any(n < 0 for n in depth.values()):
             raise ValueError(f"standby depth must be >= 0, got {depth}")
         if idle_timeout_s <= IDLE_MARGIN_S:
             raise ValueError(f"idle timeout must exceed {IDLE_MARGIN_S:g} s, got {idle_timeout_s:g}")
         self.depth = {d: n for d, n in depth.items() if n > 0}
         self.idle_timeout_s = idle_timeout_s
-        self.cache_dir = str(cache_dir)  # the extension cache its judges' evaluations use
         self.task_facts = TaskFacts()  # what its judges learned about their tasks, for the next ones
         # Evaluations set aside the times of rounds run while a standby of their device starts up
         # (``wait_ready``); False: they time them too (the operator's --standby-hold off).
@@ -187,7 +185,7 @@ class WarmJudges:
             stale.close()
         while not self._closed and len(ready) < self.depth[device]:
             try:
-                ready.append(JudgeProcess(device, self.idle_timeout_s, self.cache_dir))
+                ready.append(JudgeProcess(device, self.idle_timeout_s))
             except OSError as err:  # no processes or files left: evaluations start judges on demand
                 log.warning("event=standby_start_failed device=%s error=%r", device, err)
                 return
@@ -219,7 +217,7 @@ class WarmJudges:
                 self.taken_warm += 1
                 return judge
             self.taken_cold += 1
-        return JudgeProcess(device, cache_dir=self.cache_dir)  # the caller's thread outlives its use of this judge
+        return JudgeProcess(device)  # the caller's thread outlives its use of this judge
 
     def wait_ready(self, device: str, timeout_s: float, cancelled: Any = lambda: False) -> bool:
         """Wait until every standby of ``device`` has started up (its workers and device context

@@ -16,15 +16,17 @@ from typing import Any
 from evalfarm import bubblewrap, cgroup, confine, sandbox
 from evalfarm.judge import cpu_pinning, wire
 from evalfarm.judge.memfd import new_arena_fd
-from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, WARM_ENV
+from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, STAGED_CACHE, WARM_ENV
 from evalfarm.procfs import stat_fields
 
 
 class WorkerHandle:
     """A worker process (reference or candidate): started in its own session, killed as a group."""
 
-    def __init__(self, device: str, tmp: str, role: str, cache_dir: str = "",
+    def __init__(self, device: str, tmp: str, role: str, staged_cache: str = "",
                  scratch_bytes: int = sandbox.Limits.file_size_bytes, cpu_core: int | None = None) -> None:
+        """``staged_cache``: the directory the judge copies the extensions this worker may load into
+        (``STAGED_CACHE``), shown to it read-only; "" for a worker that loads none (the reference)."""
         self.role = role
         # First, before anything is opened: raises SandboxUnavailable when bubblewrap is required
         # and cannot be had.
@@ -57,9 +59,9 @@ class WorkerHandle:
                 os.makedirs(os.path.join(tmp, name), exist_ok=True)
             # CUDA arenas are attached through files in the host's /dev/shm (see evalfarm.bubblewrap).
             host_shm = device.startswith("cuda") and bubblewrap.gpu_shm_handover()
-            view = bubblewrap.WorkerView(
+            view = bubblewrap.WorkerView(  # never the daemon's caches, config, token or TLS key
                 own_dir=tmp, scratch_bytes=scratch_bytes, keep=KEPT_DIRS,
-                readable=tuple(confine.needed_paths() + ([cache_dir] if cache_dir else [])),
+                readable=tuple(confine.needed_paths() + ([staged_cache] if staged_cache else [])),
                 network=not confine.own_network(),
                 devices=bubblewrap.gpu_device_nodes() if device.startswith("cuda") else (),
                 shared=bubblewrap.shared_dirs(), host_shm_until_attach=host_shm)
@@ -195,18 +197,21 @@ class StartedWorkers:
     device: str  # the evaluation device they were started for (ScoreConfig.device)
     tmp: str
     workers: list[WorkerHandle]
-    cache_dir: str = ""
     scratch_bytes: int = sandbox.Limits.file_size_bytes
 
-    def fits(self, device: str, cache_dir: str, scratch_bytes: int) -> bool:
+    @property
+    def staged_cache(self) -> str:
+        """Where the judge puts the extensions the candidate worker may load (read-only to it)."""
+        return os.path.join(self.tmp, STAGED_CACHE)
+
+    def fits(self, device: str, scratch_bytes: int) -> bool:
         """Whether these workers can serve an evaluation with these settings (a bubblewrap
-        sandbox binds the cache and sizes its tmpfs mounts when it starts)."""
+        sandbox sizes its tmpfs mounts when it starts)."""
         if device != self.device:
             return False
         if not any(w.bubblewrapped for w in self.workers):
             return True
-        return os.path.abspath(cache_dir) == os.path.abspath(self.cache_dir or "/") \
-            and scratch_bytes == self.scratch_bytes
+        return scratch_bytes == self.scratch_bytes
 
     def close(self) -> None:
         for w in self.workers:
@@ -214,18 +219,21 @@ class StartedWorkers:
         self.workers = []
 
 
-def start_workers(device: str, report_pgid: Any, cache_dir: str = "",
+def start_workers(device: str, report_pgid: Any,
                   scratch_bytes: int = sandbox.Limits.file_size_bytes) -> StartedWorkers:
     """Start the reference and the candidate worker for ``device``; nothing task-specific yet.
-    ``cache_dir`` (the extension cache) and ``scratch_bytes`` (the file-size limit) shape a
-    bubblewrap sandbox, which cannot change once started."""
+    ``scratch_bytes`` (the file-size limit) shapes a bubblewrap sandbox, which cannot change once
+    started. The extensions the candidate may load come later, copied by the judge into
+    ``StartedWorkers.staged_cache`` (the build pool's cache itself is never in a worker's view)."""
     tmp = sandbox.make_private_tmp("evalfarm-eval-")
     worker_device = device if device != "cuda" else "cuda:0"
-    started = StartedWorkers(device, tmp, [], cache_dir, scratch_bytes)
+    started = StartedWorkers(device, tmp, [], scratch_bytes)
+    os.mkdir(started.staged_cache, 0o755)
     cores = cpu_pinning.plan(device)
     try:
         for role in (REFERENCE, CANDIDATE):
-            started.workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role, cache_dir, scratch_bytes,
+            staged = started.staged_cache if role == CANDIDATE else ""
+            started.workers.append(WorkerHandle(worker_device, os.path.join(tmp, role), role, staged, scratch_bytes,
                                                 cores.worker(role) if cores is not None else None))
             report_pgid(started.workers[-1].proc.pid)
     except BaseException:

@@ -21,6 +21,7 @@ from evalfarm.server.config import (
     DEFAULT_MAX_SOURCE_BYTES,
     ServerConfig,
     ServerConfigError,
+    check_private,
     load_tokens,
 )
 from evalfarm.server.gpus import gpu_names, gpu_uuids, nvml_missing, parse_gpu_list
@@ -74,7 +75,7 @@ DEFAULTS: dict[str, Any] = {
     "standby_hold": "on",
     "max_source_bytes": DEFAULT_MAX_SOURCE_BYTES, "drain_timeout": 60.0, "max_eval_seconds": 1800.0,
     "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False, "fault_threshold": 3,
-    "probe_interval": 60.0,
+    "probe_interval": 60.0, "allow_weak_sandbox": False,
 }
 
 
@@ -124,6 +125,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--probe-interval", type=float, help="seconds before re-probing a failed slot")
     p.add_argument("--exit-with-parent", action="store_true", default=None,
                    help="drain and exit when the process that started the daemon dies")
+    p.add_argument("--allow-weak-sandbox", action="store_true", default=None,
+                   help="serve even where candidates cannot have the strong sandbox (bubblewrap namespaces and "
+                        "an unprivileged uid; docs/operations.md, 'Isolation'): every result and `evalfarm "
+                        "status` then say so. Without it the daemon refuses to start there")
 
 
 class _WithDefaults:
@@ -150,6 +155,8 @@ def resolve_args(args: argparse.Namespace) -> argparse.Namespace:
         parser = argparse.ArgumentParser(add_help=False)
         add_serve_arguments(parser)
         file_values = load_config_file(args.config, parser)
+    if getattr(args, "device", None) == "cpu" and getattr(args, "gpus", None) is None:
+        file_values.pop("gpus", None)  # --device cpu on the command line overrides the file's GPUs
     merged = argparse.Namespace(**vars(args))
     for key, default in DEFAULTS.items():
         if getattr(merged, key, None) is None:
@@ -160,7 +167,7 @@ def resolve_args(args: argparse.Namespace) -> argparse.Namespace:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The daemon's settings from parsed flags (and their --config file); errors name the field."""
     args = resolve_args(args)
-    device = args.device or ("cuda" if args.gpus else "cpu")
+    device = args.device or ("cuda" if args.gpus else _found_device())
     if device == "cpu":
         if args.gpus:
             raise ServerConfigError("--gpus and --device cpu exclude each other")
@@ -192,6 +199,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         value = getattr(args, flag)
         if value is not None and not Path(value).exists():
             raise ServerConfigError(f"--{flag.replace('_', '-')}: {value} does not exist")
+    if args.tls_key is not None:
+        check_private(Path(args.tls_key), "TLS key")
     return ServerConfig(
         host=args.host,
         port=args.port,
@@ -215,7 +224,21 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_eval_s=args.max_eval_seconds,
         fault_threshold=args.fault_threshold,
         probe_interval_s=args.probe_interval,
+        allow_weak_sandbox=bool(args.allow_weak_sandbox),
     )
+
+
+def _found_device() -> str:
+    """The device mode when neither --device nor --gpus is given: every GPU the host has (one slot
+    each), CPU slots only where it has none. Either way the choice is said once at start."""
+    found = gpu_names()
+    if found:
+        note = f"{len(found)} GPU(s) found: one slot each (--device cpu for CPU slots instead)"
+    else:
+        note = "no NVIDIA GPU found (nvidia-smi lists none): CPU slots (--device cpu says so without this note)"
+    log.info("event=device_chosen device=%s note=%r", "cuda" if found else "cpu", note)
+    print(f"evalfarm serve: {note}", file=sys.stderr, flush=True)
+    return "cuda" if found else "cpu"
 
 
 def _watch_parent(parent: int, interval_s: float = 1.0) -> None:
@@ -252,6 +275,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(run_daemon(config, ready=announce))
-    except OSError as err:
+    except (OSError, ServerConfigError) as err:  # ServerConfigError: daemon.WeakSandbox, before any port
         print(f"evalfarm serve: error: {err}", file=sys.stderr)
         return 2

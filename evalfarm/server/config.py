@@ -46,6 +46,9 @@ class ServerConfig:
     host_label: str = dataclasses.field(default_factory=socket.gethostname)
     fault_threshold: int = 3  # faults in a row that take a slot out of service (0: never)
     probe_interval_s: float = 60.0  # first retry of a failed known-good probe
+    # Serve even where candidates cannot have the strong sandbox (evalfarm.isolation); every
+    # result's evidence and the Capacity answer then say so.
+    allow_weak_sandbox: bool = False
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -114,24 +117,49 @@ def is_loopback(host: str) -> bool:
 
 
 MAX_TOKENS = 2  # the current token and the next one, during a rotation
+MIN_TOKEN_BYTES = 32  # `openssl rand -hex 32` gives 64
+GENERATE = "openssl rand -hex 32"
+# Values this project has published as examples or placeholders: anyone could send them.
+PLACEHOLDER_TOKENS = frozenset({
+    "REPLACE-WITH-A-RANDOM-TOKEN-OF-32-OR-MORE-CHARACTERS",  # deploy/k8s/secret.yaml until it was removed
+})
 
 
 def parse_tokens(text: str, where: str) -> tuple[str, ...]:
-    """One or two tokens, one per line ('#' comments and blank lines ignored)."""
+    """One or two tokens, one per line ('#' comments and blank lines ignored); each at least
+    MIN_TOKEN_BYTES long and none a published placeholder."""
     tokens = tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
     if not tokens:
-        raise ServerConfigError(f"no token in {where}")
+        raise ServerConfigError(f"no token in {where}: generate one with `{GENERATE}`")
     if len(tokens) > MAX_TOKENS:
         raise ServerConfigError(f"{where} holds {len(tokens)} tokens; at most {MAX_TOKENS} (old and new, "
                                 "while clients move over)")
     for t in tokens:
-        if len(t) < 16:
-            raise ServerConfigError(f"a token in {where} is too short (need at least 16 characters)")
+        if len(t.encode()) < MIN_TOKEN_BYTES:
+            raise ServerConfigError(f"a token in {where} is too short ({len(t.encode())} bytes, need at least "
+                                    f"{MIN_TOKEN_BYTES}): generate one with `{GENERATE}`")
+        if t in PLACEHOLDER_TOKENS:
+            raise ServerConfigError(f"{where} holds a published placeholder token, which anyone could send: "
+                                    f"replace it with one from `{GENERATE}`")
     return tokens
 
 
+def check_private(path: Path, what: str) -> None:
+    """Refuse a secret file that users other than its owner may read or write (its mode, after
+    symlinks: a mounted Kubernetes Secret is a link into a directory of its own)."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError as err:
+        raise ServerConfigError(f"cannot read {what} {path}: {err.strerror}") from None
+    if mode & 0o077:
+        raise ServerConfigError(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path} "
+                                "(Kubernetes: defaultMode 0400 on the Secret volume)")
+
+
 def load_tokens(path: str | Path) -> tuple[str, ...]:
+    """The tokens of the daemon's token file: one only its owner can read (``check_private``)."""
     p = Path(path)
+    check_private(p, "token file")
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as err:

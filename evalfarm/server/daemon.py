@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import signal
+import sys
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from evalfarm import cgroup, lifetime
+from evalfarm import bubblewrap, cgroup, isolation, lifetime
 from evalfarm.server import lenient
 from evalfarm.server.auth import BearerTokenInterceptor
 from evalfarm.server.cache import ResultCache
-from evalfarm.server.config import ServerConfig
+from evalfarm.server.config import ServerConfig, ServerConfigError
 from evalfarm.server.metrics import Metrics
 from evalfarm.server.reload import CertFiles, TokenFile
 from evalfarm.server.service import Backend, FarmService, _version, default_backend
@@ -44,6 +46,28 @@ SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 
+class WeakSandbox(ServerConfigError):
+    """Candidates cannot have the strong sandbox here and the daemon was not told to serve anyway."""
+
+
+def check_sandbox(config: ServerConfig) -> isolation.Isolation:
+    """The start-up check: the isolation every candidate of this daemon gets (``isolation.assess``,
+    the same check its results' evidence reports). Raises WeakSandbox when it is weak and
+    ``config.allow_weak_sandbox`` is off. When it is strong, every later build and evaluation of
+    this daemon requires bubblewrap (``EVALFARM_SANDBOX=bubblewrap``), so none falls back silently."""
+    found = isolation.assess(config.device_mode)
+    if found.strong:
+        os.environ[bubblewrap.MODE_ENV] = "bubblewrap"
+        log.info("event=sandbox strong=true summary=%r", found.summary())
+    elif not config.allow_weak_sandbox:
+        raise WeakSandbox(found.refusal())
+    else:
+        log.warning("event=sandbox strong=false allowed=true summary=%r fix=%r", found.summary(), found.fix)
+        print(f"evalfarm serve: WARNING: serving untrusted candidates with a weak sandbox (--allow-weak-sandbox): "
+              f"{'; '.join(found.missing)}. Fix: {found.fix}", file=sys.stderr, flush=True)
+    return found
+
+
 def _address(host: str, port: int) -> str:
     return f"[{host.strip('[]')}]:{port}" if ":" in host.strip("[]") else f"{host}:{port}"
 
@@ -51,6 +75,9 @@ def _address(host: str, port: int) -> str:
 class Daemon:
     def __init__(self, config: ServerConfig, backend: Backend | None = None, build_pool: Any = None) -> None:
         self.config = config
+        # The real scoring backend runs candidates: first the sandbox check (raises WeakSandbox).
+        # A backend given by the caller (tests' fakes) runs none, and is not checked.
+        self.sandbox = check_sandbox(config) if backend is None else None
         self.metrics = Metrics(FarmService.slot_labels(config), version=_version(), mode=config.device_mode)
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file is not None else None
         self.certs = (CertFiles(config.tls_cert, config.tls_key, config.tls_client_ca)
@@ -65,7 +92,6 @@ class Daemon:
                 from evalfarm.judge.standby import WarmJudges
 
                 self.judges = WarmJudges(dict(collections.Counter(config.devices * per_slot)),
-                                         cache_dir=str(getattr(build_pool, "cache_dir", "") or ""),
                                          hold_rounds=config.standby_hold)
                 self.metrics.watch_warm_judges(self.judges.stats)
             backend = default_backend(self.judges)
@@ -74,7 +100,7 @@ class Daemon:
             self.metrics.watch_build_pool(build_pool.stats)
         cache_path = config.cache_dir / "results.sqlite" if config.cache_dir is not None else None
         self.cache = ResultCache(cache_path)
-        self.service = FarmService(config, backend, self.metrics, self.cache, build_pool)
+        self.service = FarmService(config, backend, self.metrics, self.cache, build_pool, sandbox=self.sandbox)
         self.health = health.aio.HealthServicer()
         self.service.on_slot_change = self._slot_changed
         self.server: grpc.aio.Server | None = None

@@ -32,7 +32,9 @@ class LocalDaemon:
     def __init__(self, *, device: str = "cpu", slots: int = 1, cache_dir: str | Path,
                  log_path: str | Path | None = None, args: Sequence[str] = (),
                  start_timeout_s: float = 120.0, log_level: str = "WARNING",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, allow_weak_sandbox: bool = False) -> None:
+        """``allow_weak_sandbox``: start even where candidates cannot have the strong sandbox
+        (``evalfarm serve --allow-weak-sandbox``); without it such a host refuses to start it."""
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
         if slots < 1:
@@ -40,6 +42,7 @@ class LocalDaemon:
         cmd = [sys.executable, "-m", "evalfarm", "serve", "--port", "0", "--host", "127.0.0.1",
                "--cache-dir", str(cache_dir), "--log-level", log_level, "--exit-with-parent"]
         cmd += ["--gpus", "all"] if device == "cuda" else ["--device", "cpu", "--slots", str(slots)]
+        cmd += ["--allow-weak-sandbox"] if allow_weak_sandbox else []
         cmd += list(args)
         self.device = device
         self.log_path = Path(log_path) if log_path is not None else None

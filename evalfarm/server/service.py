@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +27,7 @@ from evalfarm.server.cache import ResultCache, cache_key
 from evalfarm.server.config import ServerConfig
 from evalfarm.server.lenient import MalformedRequest
 from evalfarm.server.metrics import FarmSample, Metrics, SlotLabels, SlotSample
+from evalfarm.server.redact import HostPaths
 from evalfarm.server.slot_health import (
     PROBE_CONFIG,
     FaultInjector,
@@ -90,8 +92,14 @@ class FarmService(pb_grpc.EvalFarmServicer):
         metrics: Metrics,
         cache: ResultCache,
         build_pool: Any = None,
+        sandbox: Any = None,
     ) -> None:
         self.config = config
+        # What the start-up check found (an evalfarm.isolation.Isolation; None for a backend that
+        # runs no candidate code): said in Capacity and in every result's evidence.
+        self.sandbox_note = "" if sandbox is None else sandbox.summary() + (
+            "" if sandbox.strong else " (served with --allow-weak-sandbox)")
+        self._redact = HostPaths(config.cache_dir)
         self.metrics = metrics
         self.cache = cache
         self.slots = SlotPool(config.slots, config.queue_limit)
@@ -459,7 +467,10 @@ class FarmService(pb_grpc.EvalFarmServicer):
             prep.sample_id, prep.task.name, result.verdict.value, result.speedup, slot, cached,
             prep.reverification, queue_s, total_s, result.detail[:200],
         )
-        return result_to_pb(
+        if self.sandbox_note:
+            result = dataclasses.replace(result, evidence=dataclasses.replace(result.evidence,
+                                                                              sandbox=self.sandbox_note))
+        return self._redact.sample(result_to_pb(
             result,
             sample_id=prep.sample_id,
             host=self.config.host_label,
@@ -470,7 +481,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
             cached=cached,
             gpu_uuid=self.gpu_uuid(slot),
             slot=slot,
-        )
+        ))
 
     def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
         """The gRPC deadline (loop time), if any. A request's deadline_s starts with its slot."""
@@ -584,6 +595,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
             out_of_service=len(self.slots.out_of_service),
             gpu_model=self.gpu_model,
             build_workers=self.config.build_workers if self._build_pool is not None else 0,
+            sandbox=self.sandbox_note,
         )
 
 

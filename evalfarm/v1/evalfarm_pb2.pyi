@@ -278,7 +278,7 @@ class SlotStatus(_message.Message):
     def __init__(self, index: _Optional[int] = ..., device: _Optional[str] = ..., gpu_name: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., busy: _Optional[bool] = ..., in_service: _Optional[bool] = ..., reason: _Optional[str] = ..., consecutive_faults: _Optional[int] = ...) -> None: ...
 
 class CapacityResponse(_message.Message):
-    __slots__ = ("slots", "free_slots", "queue_depth", "queue_limit", "gpu_names", "device_mode", "version", "draining", "host", "running", "slot_status", "out_of_service", "gpu_model", "build_workers")
+    __slots__ = ("slots", "free_slots", "queue_depth", "queue_limit", "gpu_names", "device_mode", "version", "draining", "host", "running", "slot_status", "out_of_service", "gpu_model", "build_workers", "sandbox")
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -293,6 +293,7 @@ class CapacityResponse(_message.Message):
     OUT_OF_SERVICE_FIELD_NUMBER: _ClassVar[int]
     GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
     BUILD_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
     slots: int
     free_slots: int
     queue_depth: int
@@ -307,4 +308,5 @@ class CapacityResponse(_message.Message):
     out_of_service: int
     gpu_model: str
     build_workers: int
-    def __init__(self, slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., gpu_names: _Optional[_Iterable[str]] = ..., device_mode: _Optional[str] = ..., version: _Optional[str] = ..., draining: _Optional[bool] = ..., host: _Optional[str] = ..., running: _Optional[int] = ..., slot_status: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ..., out_of_service: _Optional[int] = ..., gpu_model: _Optional[str] = ..., build_workers: _Optional[int] = ...) -> None: ...
+    sandbox: str
+    def __init__(self, slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., gpu_names: _Optional[_Iterable[str]] = ..., device_mode: _Optional[str] = ..., version: _Optional[str] = ..., draining: _Optional[bool] = ..., host: _Optional[str] = ..., running: _Optional[int] = ..., slot_status: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ..., out_of_service: _Optional[int] = ..., gpu_model: _Optional[str] = ..., build_workers: _Optional[int] = ..., sandbox: _Optional[str] = ...) -> None: ...

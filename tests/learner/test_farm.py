@@ -176,3 +176,38 @@ def test_farm_over_tls_and_bad_tls_settings(daemon_factory, pki, tmp_path):
         assert farm.wait(["t1"], 30)["t1"].speedup == pytest.approx(1.9)
     with pytest.raises(FarmError, match="go together"):
         _farm(d, tmp_path, tls_ca=str(pki / "ca.pem"), tls_cert=str(pki / "client.pem"))
+
+
+def test_local_daemons_run_weak_only_where_the_host_has_no_strong_sandbox(tmp_path, monkeypatch, caplog):
+    """A local farm scores this run's own samples on loopback: where the host cannot give the
+    strong sandbox, "best" starts its daemons weak and says what is missing; "strong" refuses."""
+    from evalfarm import isolation
+    from learner.farm import local_weak_sandbox
+
+    assert local_weak_sandbox("cpu", "best") is (not isolation.assess("cpu").strong)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    with caplog.at_level("WARNING", logger="learner.farm"):
+        assert local_weak_sandbox("cpu", "best") is True
+    assert "WEAK sandbox" in caplog.text and "bwrap not found on PATH" in caplog.text
+    with pytest.raises(FarmError, match="farm.local_sandbox = 'strong'.*install bubblewrap"):
+        local_weak_sandbox("cpu", "strong")
+    with pytest.raises(FarmError, match="farm.local_sandbox must be one of best, strong"):
+        FarmSettings(local_sandbox="maybe")
+
+
+def test_the_demos_local_farm_starts_on_a_machine_without_bubblewrap(tmp_path, monkeypatch):
+    """`make demo` on a fresh machine: no bwrap on PATH, the local daemon starts weak and says so."""
+    import grpc
+
+    from evalfarm.v1 import evalfarm_pb2 as pb
+    from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # inherited by the daemon: no bwrap there
+    local = LocalDaemons(1, device="cpu", slots=1, cache_dir=tmp_path / "cache", log_dir=tmp_path / "logs")
+    try:
+        with grpc.insecure_channel(local.endpoints[0]) as ch:
+            cap = pb_grpc.EvalFarmStub(ch).Capacity(pb.CapacityRequest(), timeout=10)
+        assert cap.sandbox.startswith("WEAK: ") and "bwrap not found on PATH" in cap.sandbox
+    finally:
+        local.stop()
+    assert "WARNING: serving untrusted candidates with a weak sandbox" in (tmp_path / "logs" / "daemon-0.log").read_text()

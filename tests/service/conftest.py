@@ -5,7 +5,8 @@
   for unit tests of queueing, admission, auth, drain and the client's dispatch logic.
 - `DaemonThread`: an in-process daemon on its own event loop in a thread (fake backend).
 - `spawn_daemon`: a real `python -m evalfarm.server` subprocess (real scoring backend),
-  owned by the test and always reaped.
+  owned by the test and always reaped; with `--allow-weak-sandbox` only where this host has no
+  strong sandbox (tests/sandbox_under_test.py, said in the run's header and summary).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from evalfarm.tasks import Candidate, Task
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 from evalfarm.verdict import Verdict
+from tests.sandbox_under_test import DAEMON_ARGS
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"num_correctness_inputs": 20, "timing_budget_s": 0.5}
@@ -258,7 +260,7 @@ def spawn_daemon(tmp_path: Path) -> Iterator[Any]:
         cache = cache_dir or tmp_path / f"cache{n}"
         slots = ["--gpus", gpus] if gpus else ["--device", "cpu"]
         cmd = [sys.executable, "-m", "evalfarm.server", "--port", "0", *slots,
-               "--cache-dir", str(cache), *args]
+               "--cache-dir", str(cache), *DAEMON_ARGS, *args]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                    PYTHONUNBUFFERED="1")
         if expect_fail:

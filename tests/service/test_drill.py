@@ -7,13 +7,14 @@ import json
 import pytest
 
 from evalfarm import drill
+from tests.sandbox_under_test import DAEMON_ARGS
 
 
 @pytest.mark.long  # the operator fault drill (daemons killed and restarted): about 2 minutes on 2 cores
 def test_the_fault_drill_passes_on_cpu(tmp_path):
     out = tmp_path / "drill"
     code = drill.main(["--device", "cpu", "--candidates", "8", "--group", "2", "--no-builds",
-                       "--fault-wait", "60", "--timeout", "300", "--out", str(out)])
+                       "--fault-wait", "60", "--timeout", "300", "--out", str(out), *DAEMON_ARGS])
     report = json.loads((out / "drill.json").read_text())
     assert code == 0, report
     assert report["answered"] == 8 and not report["missing"] and not report["answered_twice"]

@@ -24,7 +24,7 @@ from evalfarm.verdict import Verdict
 
 from .conftest import TINY, descendants, request, rss_kib, wait_until
 
-TOKEN = "e2e-token-0123456789abcdef"
+TOKEN = "e2e-token-0123456789abcdef0123456789abcdef"
 
 
 def variant(task: str, kind: str) -> str:
@@ -45,6 +45,7 @@ def cli_args(**kw: object) -> argparse.Namespace:
 def test_library_and_cli_end_to_end(spawn_daemon, tmp_path: Path, capsys) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
     d = spawn_daemon("--slots", "1", "--auth-token-file", str(token_file))
     with FarmClient([d.target], token=TOKEN, poll_interval_s=0.5, reverify=False) as farm:
         res = farm.score("L1/1", variant("L1/1", "wrong"), options=TINY, deadline_s=240)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evalfarm.server.local import LocalDaemon, LocalDaemonError
+from tests.sandbox_under_test import SANDBOX
 
 
 def test_a_daemon_that_cannot_start_is_an_error_naming_its_log(tmp_path):
@@ -15,7 +16,7 @@ def test_a_daemon_that_cannot_start_is_an_error_naming_its_log(tmp_path):
 
 
 def test_a_started_daemon_is_stopped_with_its_process_group(tmp_path):
-    with LocalDaemon(cache_dir=tmp_path / "c", log_path=tmp_path / "d.log") as d:
+    with LocalDaemon(cache_dir=tmp_path / "c", log_path=tmp_path / "d.log", allow_weak_sandbox=not SANDBOX.strong) as d:
         assert d.proc.poll() is None and d.endpoint == f"127.0.0.1:{d.port}"
     assert d.proc.returncode == 0  # drained on SIGTERM
 

@@ -247,9 +247,10 @@ def _capacity(target: str, token: str) -> grpc.StatusCode:
 
 
 def test_token_rotation_without_restart(daemon_factory, tmp_path: Path) -> None:
-    old, new = "o" * 24, "n" * 24
+    old, new = "o" * 40, "n" * 40
     tokens = tmp_path / "token"
     tokens.write_text(old + "\n")
+    tokens.chmod(0o600)
     d = daemon_factory(auth_token_file=tokens)
     assert _capacity(d.target, old) == grpc.StatusCode.OK
     assert _capacity(d.target, new) == grpc.StatusCode.UNAUTHENTICATED
@@ -267,6 +268,7 @@ def test_token_rotation_without_restart(daemon_factory, tmp_path: Path) -> None:
 
 def test_token_file_with_three_tokens_is_refused(tmp_path: Path) -> None:
     f = tmp_path / "token"
-    f.write_text("\n".join(c * 20 for c in "abc"))
+    f.write_text("\n".join(c * 40 for c in "abc"))
+    f.chmod(0o600)
     with pytest.raises(ServerConfigError, match="at most 2"):
         config_from_args(parse("--device", "cpu", "--auth-token-file", str(f)))

@@ -46,6 +46,7 @@ def test_gpu_list_parsing() -> None:
 def test_token_and_tls_checks(tmp_path: Path) -> None:
     short = tmp_path / "short"
     short.write_text("abc")
+    short.chmod(0o600)
     with pytest.raises(ServerConfigError, match="too short"):
         config_from_args(parse("--auth-token-file", str(short)))
     with pytest.raises(ServerConfigError, match="cannot read token"):
@@ -59,3 +60,67 @@ def test_token_and_tls_checks(tmp_path: Path) -> None:
 def test_run_serve_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_serve(parse("--host", "10.1.2.3", "--device", "cpu")) == 2
     assert "non-loopback" in capsys.readouterr().err
+
+
+def _token(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
+    f = tmp_path / "token"
+    f.write_text(text)
+    f.chmod(mode)
+    return f
+
+
+def test_tokens_shorter_than_32_bytes_or_published_are_refused(tmp_path: Path) -> None:
+    from evalfarm.server.config import PLACEHOLDER_TOKENS
+
+    with pytest.raises(ServerConfigError, match=r"too short \(31 bytes, need at least 32\).*openssl rand -hex 32"):
+        config_from_args(parse("--device", "cpu", "--auth-token-file", str(_token(tmp_path, "x" * 31))))
+    assert config_from_args(parse("--device", "cpu", "--auth-token-file",
+                                  str(_token(tmp_path, "x" * 32)))).auth_token_file is not None
+    for placeholder in PLACEHOLDER_TOKENS:
+        with pytest.raises(ServerConfigError, match="published placeholder"):
+            config_from_args(parse("--device", "cpu", "--auth-token-file", str(_token(tmp_path, placeholder))))
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_a_token_file_others_may_read_is_refused_with_the_fix(tmp_path: Path, mode: int) -> None:
+    f = _token(tmp_path, "k" * 64, mode)
+    with pytest.raises(ServerConfigError) as err:
+        config_from_args(parse("--device", "cpu", "--auth-token-file", str(f)))
+    assert f"open to other users (mode {mode:04o}): chmod 600 {f}" in str(err.value)
+
+
+def test_a_token_file_that_becomes_readable_by_others_keeps_the_last_good_tokens(tmp_path: Path) -> None:
+    from evalfarm.server.reload import TokenFile
+
+    f = _token(tmp_path, "a" * 40)
+    tokens = TokenFile(f, check_interval_s=0.0)
+    f.write_text("b" * 40)
+    f.chmod(0o644)
+    assert tokens.tokens() == ("a" * 40,)
+    f.chmod(0o600)
+    f.write_text("c" * 40 + "\n")
+    assert tokens.tokens() == ("c" * 40,)
+
+
+def test_a_tls_key_others_may_read_is_refused(tmp_path: Path) -> None:
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("x")
+    key.write_text("x")
+    key.chmod(0o644)
+    with pytest.raises(ServerConfigError, match=r"TLS key .* is open to other users \(mode 0644\)"):
+        config_from_args(parse("--device", "cpu", "--tls-cert", str(cert), "--tls-key", str(key)))
+
+
+def test_serve_takes_the_gpus_it_finds_unless_told_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(server_cli, "gpu_names", lambda: ["NVIDIA H100", "NVIDIA H100"])
+    cfg = config_from_args(parse())
+    assert cfg.devices == ("cuda:0", "cuda:1")
+    assert "2 GPU(s) found: one slot each (--device cpu for CPU slots instead)" in capsys.readouterr().err
+    assert config_from_args(parse("--device", "cpu")).devices == ("cpu",)
+    config = tmp_path / "farm.toml"
+    config.write_text('gpus = "all"\n')  # the shipped file's GPUs; --device cpu on the command line wins
+    assert config_from_args(parse("--config", str(config), "--device", "cpu")).devices == ("cpu",)
+    monkeypatch.setattr(server_cli, "gpu_names", lambda: [])
+    assert config_from_args(parse()).devices == ("cpu",)
+    assert "no NVIDIA GPU found" in capsys.readouterr().err
