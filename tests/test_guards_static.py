@@ -725,18 +725,29 @@ def test_deeply_nested_source_does_not_crash(src: str) -> None:
 def test_cpp_scan_is_linear(unit: str) -> None:
     import time
 
-    # 1 MiB of unclosed comments (quadratic with the old regex: 165 KB took 44 s); 256 KiB
-    # of the other hostile units (every pattern is linear; the 20-odd patterns cost ~1 s/MiB).
-    size = (1 << 20) if unit == "/*" else (1 << 18)
-    text = unit * (size // len(unit))
-    t0 = time.perf_counter()
-    check_cpp_source(text)
-    assert time.perf_counter() - t0 < 2.0
-    src = "from torch.utils.cpp_extension import load_inline\nm = load_inline('n', '', " \
-          + repr(text[: 200_000]) + ")\n"
-    t0 = time.perf_counter()
-    check_candidate_source(src)
-    assert time.perf_counter() - t0 < 2.0
+    # Hostile inputs (unclosed comments and strings, template openers): four times the text must
+    # take about four times as long (a quadratic scan takes sixteen: the old regex took 44 s on
+    # 165 KB of unclosed comments). A ratio of two sizes measured back to back, each the best of
+    # three, with a bound of 8 (twice the linear ratio), so a loaded machine does not flip it.
+    def best_of_three(fn, arg) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn(arg)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    def cpp(n: int) -> str:
+        return unit * (n // len(unit))
+
+    def py(n: int) -> str:
+        return "from torch.utils.cpp_extension import load_inline\nm = load_inline('n', '', " + repr(cpp(n)) + ")\n"
+
+    small = 1 << 15
+    for fn, make in ((check_cpp_source, cpp), (check_candidate_source, py)):
+        t_small = max(best_of_three(fn, make(small)), 1e-4)
+        t_large = best_of_three(fn, make(4 * small))
+        assert t_large / t_small < 8.0, (fn.__name__, t_small, t_large)
 
 
 # ---- ELF symbols ---------------------------------------------------------------------------

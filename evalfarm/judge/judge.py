@@ -93,6 +93,8 @@ from evalfarm.judge.timed_blocks import (
     MIN_BLOCK_CALLS,
     STAGING_MAX_BYTES,
     WARMUP_CALLS,
+    MessageSignals,
+    WordSignals,
     judge_windows_ns,
     release_calls,
     tail_charge_ns,
@@ -1326,8 +1328,11 @@ class Judge:
             self._resume(role)
             sent = time.perf_counter()
             wire.send_json(worker.conn, message)
-            released = release_calls(self.staging[role], self.staging_layout, staged, seq0, lambda k: bound,
-                                     lambda: worker.conn.poll(0), self.spin_s or 50e-6)
+            signals: WordSignals | MessageSignals = (
+                WordSignals(self.staging[role], lambda: worker.conn.poll(0), self.spin_s or 50e-6)
+                if self.device.type == "cuda" else
+                MessageSignals(lambda m: wire.send_json(worker.conn, m), lambda t: wire.recv_json(worker.conn, t)))
+            released = release_calls(self.staging[role], self.staging_layout, staged, seq0, lambda k: bound, signals)
             if released.outcome == "timeout":
                 r = rounds[released.stuck]
                 sandbox.kill_group(worker.proc)
@@ -1336,7 +1341,8 @@ class Judge:
                                     f"block's call) within {bound:.3g} s")
                 raise Verdicted(Verdict.TIMEOUT, f"the candidate did not finish round {r} (call "
                                 f"{released.stuck + 1} of a timed block of {len(plans)}) within {bound:.3g} s")
-            reply = self._recv(worker, bound, f"round {rounds[-1]} (the end of a timed block)", spin=True)
+            reply = (signals.message if isinstance(signals, MessageSignals) and signals.message is not None
+                     else self._recv(worker, bound, f"round {rounds[-1]} (the end of a timed block)", spin=True))
             reply_ns = time.perf_counter_ns()
             self.round_phases["rounds_go"] += time.perf_counter() - sent  # its calls, the judge's writes between them
         finally:

@@ -145,20 +145,26 @@ def wait_for(predicate: Any, deadline: float, poll: Any = None, spin_s: float = 
 
 
 class HostGate:
-    """A CPU worker's side: its thread waits at the gate; it writes DONE and QUEUED itself."""
+    """A CPU worker's side: its thread waits at the gate for the judge's "open" message (a blocking
+    read wakes it within tens of microseconds, where polling the word would either burn a core the
+    judge needs or wake late) and says "done" after each call; the words are written too."""
 
-    def __init__(self, buffer: torch.Tensor) -> None:
+    def __init__(self, buffer: torch.Tensor, send: Any, recv: Any) -> None:
         self.buffer = buffer
         self.words = _words(buffer)
+        self._send, self._recv = send, recv
 
     def wait(self, seq: int) -> None:
-        wait_for(lambda: self.words[GO] >= seq, float("inf"))
+        msg = self._recv()
+        if msg.get("op") != "open" or msg.get("seq") != seq:
+            raise RuntimeError(f"expected the judge to open call {seq}, got {str(msg)[:80]}")
 
     def copy_in(self, dst: torch.Tensor, slot: Slot) -> None:
         dst.copy_(_view(self.buffer, slot))
 
     def finished(self, seq: int) -> None:
         self.words[DONE] = seq
+        self._send({"op": "done", "seq": seq})
 
     def queued(self, seq: int) -> None:
         self.words[QUEUED] = seq
@@ -241,11 +247,11 @@ class CudaGate:
         self.words[QUEUED] = seq
 
 
-def worker_gate(buffer: torch.Tensor, is_cuda: bool) -> tuple[Any, str]:
+def worker_gate(buffer: torch.Tensor, is_cuda: bool, send: Any = None, recv: Any = None) -> tuple[Any, str]:
     """The worker's gate over its staging buffer and a note for the evidence; (None, why) where a
-    GPU cannot have one."""
+    GPU cannot have one. ``send``/``recv``: the worker's messages to and from the judge (a CPU gate's)."""
     if not is_cuda:
-        return HostGate(buffer), "timed blocks: inputs staged per call, the worker waits at each call's gate"
+        return HostGate(buffer, send, recv), "timed blocks: inputs staged per call, the worker waits at each call's gate"
     try:
         return CudaGate(buffer), ("timed blocks: inputs staged per call, each call queued on the stream "
                                   "behind a gate the judge opens (stream memory operations)")

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evalfarm.judge.staging import JudgeStaging, StagingLayout, wait_for
+from evalfarm.judge.wire import ProtocolError
 
 # How long the judge waits for a call to be queued behind its gate before it opens the gate
 # anyway: a forward that waits for the device itself (a .item(), a host copy) cannot be queued
@@ -61,6 +62,51 @@ MIN_BLOCK_CALLS = 4
 STAGING_MAX_BYTES = 256 << 20
 
 
+class WordSignals:
+    """A GPU worker's signals: the gate and completion words on the staging page, which its stream
+    reads and writes; the judge spins on the completion word, looking at the worker's socket too."""
+
+    def __init__(self, staging: JudgeStaging, poll: Callable[[], bool], spin_s: float) -> None:
+        self.staging, self.poll, self.spin_s = staging, poll, spin_s
+
+    def queued(self, seq: int, deadline: float) -> str:
+        return wait_for(lambda: self.staging.queued() >= seq, deadline, self.poll)
+
+    def opened(self, seq: int) -> None:
+        pass
+
+    def await_done(self, seq: int, deadline: float) -> str:
+        return wait_for(lambda: self.staging.done() >= seq, deadline, self.poll, self.spin_s)
+
+
+class MessageSignals:
+    """A CPU worker's signals: an "open" message after the gate word, a "done" message back (the
+    worker's thread blocks on the judge's message, and the judge on the worker's). Any other message
+    (an error report) ends the wait and is kept in ``message``."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None], recv: Callable[[float], dict[str, Any]]) -> None:
+        self.send, self.recv = send, recv
+        self.message: dict[str, Any] | None = None
+
+    def queued(self, seq: int, deadline: float) -> str:
+        return "ok"  # its thread reaches the gate once it has sent the last call's "done"
+
+    def opened(self, seq: int) -> None:
+        self.send({"op": "open", "seq": seq})
+
+    def await_done(self, seq: int, deadline: float) -> str:
+        try:
+            msg = self.recv(max(0.0, deadline - time.perf_counter()))
+        except TimeoutError:
+            return "timeout"
+        except (OSError, EOFError, ValueError, ProtocolError):  # gone or garbled: the judge's own read says how
+            return "message"
+        if msg.get("op") == "done" and msg.get("seq") == seq:
+            return "ok"
+        self.message = msg
+        return "message"
+
+
 @dataclasses.dataclass
 class Released:
     """How a block's release went on the judge's clock: per released call, when its gate opened and
@@ -74,21 +120,22 @@ class Released:
 
 
 def release_calls(staging: JudgeStaging, layout: StagingLayout, inputs: list[list[Any]], seq0: int,
-                  bound_s: Callable[[int], float], poll: Callable[[], bool], spin_s: float = 50e-6,
+                  bound_s: Callable[[int], float], signals: WordSignals | MessageSignals,
                   clock_ns: Callable[[], int] = time.perf_counter_ns) -> Released:
     """Release a block's calls one at a time (the rule above): call k (0-based) has sequence number
     ``seq0 + k + 1`` and the host inputs ``inputs[k]``; ``bound_s(k)`` is how long it may take from
-    its gate opening to its completion word. ``poll()`` says whether the worker sent a message."""
+    its gate opening to its completion. ``signals``: how the worker is told and tells."""
     out = Released([], [])
     for k, call_inputs in enumerate(inputs):
         seq = seq0 + k + 1
-        if wait_for(lambda s=seq: staging.queued() >= s, time.perf_counter() + QUEUE_GRACE_S, poll) == "message":
+        if signals.queued(seq, time.perf_counter() + QUEUE_GRACE_S) == "message":
             out.outcome, out.stuck = "message", k
             return out
         staging.write_inputs(layout, call_inputs)
         opened = clock_ns()
         staging.open(seq)
-        outcome = wait_for(lambda s=seq: staging.done() >= s, time.perf_counter() + bound_s(k), poll, spin_s)
+        signals.opened(seq)
+        outcome = signals.await_done(seq, time.perf_counter() + bound_s(k))
         done = clock_ns()
         if outcome != "ok":
             out.outcome, out.stuck = outcome, k

@@ -229,7 +229,8 @@ class Worker:
         if init.get("staging") is not None:
             from evalfarm.judge.staging import worker_gate
 
-            self._gate, gate_note = worker_gate(Arena.attach(init["staging"]).buffer, self.is_cuda)
+            self._gate, gate_note = worker_gate(Arena.attach(init["staging"]).buffer, self.is_cuda, self.send,
+                                                lambda: self.wire.recv_json(self.conn, None))
             self.isolation.append(gate_note)
         try:
             dropped = _drop_privileges(init)  # the set-up that needs root is done
