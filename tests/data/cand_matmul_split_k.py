@@ -1,7 +1,6 @@
 """An honest reordering of C = A @ B: split-K, the sum of four partial products over chunks of K
 (what a split-K GEMM kernel does), added in order."""
 
-import torch
 import torch.nn as nn
 
 CHUNKS = 4
