@@ -109,14 +109,16 @@ def show(title, res):
               f"{'pass' if s.ok else 'FAIL'}")
 
 
-def corpus(device: str, rounds: int):
+def corpus(device: str, rounds: int, only: str = ""):
     from evalfarm.tasks.format import exec_module, instantiate_task
     from evalfarm.tasks.suite import resolve_task
     from tests.honest.check import all_headers
 
     results = {}
+    import re
+
     for h in all_headers():
-        if not h.runs_on(device):
+        if not h.runs_on(device) or (only and not re.search(only, h.name)):
             continue
         task = resolve_task(h.task)
         mod = instantiate_task(task, task.resolve_profile("auto", device))
@@ -172,6 +174,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--sizes", default="64,256,1024")
     ap.add_argument("--corpus", action="store_true")
+    ap.add_argument("--only", default="", help="with --corpus: only kernels whose name matches this regex")
+    ap.add_argument("--no-matmul", action="store_true", help="skip the matmul and reduction tables")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
@@ -179,7 +183,7 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = False
     dev = args.device
     out = {}
-    for n in (int(s) for s in args.sizes.split(",")):
+    for n in ([] if args.no_matmul else [int(s) for s in args.sizes.split(",")]):
         variants = matmul_variants(dev)
         if n > 512:
             variants.pop("sequential_k")
@@ -198,7 +202,7 @@ def main() -> int:
             show(title, res)
             out[title] = {k: s.to_dict() for k, s in res.items()}
     # Reductions to a single number and per row.
-    for n in (4096, 1 << 20):
+    for n in (() if args.no_matmul else (4096, 1 << 20)):
         def draw(r, n=n):
             g = torch.Generator(device=dev).manual_seed(r)
             return [torch.rand(n, generator=g, device=dev)]
@@ -216,7 +220,7 @@ def main() -> int:
         show(title, res)
         out[title] = {k: s.to_dict() for k, s in res.items()}
     if args.corpus:
-        out["corpus"] = {k: s.to_dict() for k, s in corpus(dev, args.rounds).items()}
+        out["corpus"] = {k: s.to_dict() for k, s in corpus(dev, args.rounds, args.only).items()}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0

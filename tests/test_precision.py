@@ -309,3 +309,41 @@ def test_integer_outputs_skip_the_gate_with_a_note(build_pool):
     assert r.verdict is Verdict.OK, (r.verdict, r.detail)
     ev = r.evidence.precision
     assert ev["applied"] is False and "int64" in ev["note"] and "compared exactly" in ev["note"], ev
+
+
+# --- on a GPU (pytest -m gpu) ---------------------------------------------------------------------
+
+GPU_CONFIG = ScoreConfig(device="cuda", num_correctness_inputs=30, timing_budget_s=2.0, min_timed_rounds=21,
+                         reverify_above=0)
+GPU_ATTACKS = Path(__file__).parent / "adversarial" / "gpu"
+
+
+@pytest.fixture(scope="module")
+def gpu_matmul_task():
+    return as_task(str(DATA / "gpu" / "task_matmul_4096.py"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tf32_matmul.py", "bf16_matmul.py"])
+def test_gpu_reduced_precision_is_refused_and_was_paid_under_tolerance_only(gpu_matmul_task, build_pool, name):
+    r = score(gpu_matmul_task, as_candidate(str(GPU_ATTACKS / name)), GPU_CONFIG, build_pool=build_pool)
+    assert r.verdict is Verdict.INCORRECT and "less precise than the reference: " in r.detail, (r.verdict, r.detail)
+    assert r.evidence.precision["ground_truth_device"].startswith("cuda"), r.evidence.precision
+    old = score(gpu_matmul_task, as_candidate(str(GPU_ATTACKS / name)), GPU_CONFIG.replace(precision="tolerance"),
+                build_pool=build_pool)
+    assert old.verdict is Verdict.OK and old.speedup > 1.2, (old.verdict, old.speedup, old.detail)
+
+
+@pytest.mark.gpu
+def test_gpu_reference_copy_passes_with_ratio_one_and_a_roofline_against_the_cards_peaks(gpu_matmul_task, build_pool):
+    r = score(gpu_matmul_task, as_candidate(str(DATA / "cand_matmul_same.py")), GPU_CONFIG, build_pool=build_pool)
+    assert r.verdict is Verdict.OK, (r.verdict, r.detail)
+    ev = r.evidence.precision
+    assert ev["applied"] and ev["ratio"] == 1.0 and ev["rounds"] == 8 and ev["widened_rounds"] == 4, ev
+    rl = r.evidence.roofline
+    assert rl["flops"] == 2 * 4096**3 and rl["peaks"]["dram_bytes_s"], rl
+    name = r.evidence.device_name
+    if rl["peaks"]["table"] is not None:  # an H100, H200 or A100
+        assert 0 < rl["ref"]["flop_fraction"] <= 1.05 and 0 < rl["cand"]["byte_fraction"] <= 1.05, rl
+    else:
+        assert rl["peaks"]["flops_per_s"] is None and name in rl["peaks"]["note"], rl
