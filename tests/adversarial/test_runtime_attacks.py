@@ -338,3 +338,15 @@ def test_an_honest_candidate_shows_no_exchange_excess(task, data_dir, build_pool
     t = r.evidence.timing
     assert t.exchange_excess_us == 0 and t.exchange_charge_us == 0 and t.untimed_ref_us_median > 0, t
     assert not any(g.startswith("exchange_") for g in r.evidence.guards), r.evidence.guards
+
+
+def test_reduced_precision_within_tolerance_is_refused_by_the_precision_gate(build_pool):
+    # A TF32-emulating matmul (mantissas rounded to 10 bits) on uniform [0, 1) inputs: within the
+    # strict 1e-4 tolerance, about 100x the reference's error against a float64 ground truth.
+    # Refused by default; the tolerance alone (precision="tolerance") still lets it through.
+    matmul = as_task(str(Path(__file__).resolve().parents[1] / "data" / "task_matmul_rand.py"))
+    r = score_attack(matmul, RUNTIME / "tf32_emulated_matmul.py", build_pool, QUICK, reverify_above=0)
+    assert r.verdict is Verdict.INCORRECT and "less precise than the reference" in r.detail, (r.verdict, r.detail)
+    old = score_attack(matmul, RUNTIME / "tf32_emulated_matmul.py", build_pool, QUICK, reverify_above=0,
+                       precision="tolerance")
+    assert old.verdict is Verdict.OK, (old.verdict, old.detail)
