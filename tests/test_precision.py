@@ -245,11 +245,12 @@ def test_a_task_that_cannot_run_in_float64_has_no_gate_and_a_note():
                 raise RuntimeError("not implemented for 'Double'")
             return x * 2
 
-    mod = types.SimpleNamespace(get_inputs=lambda: [torch.randn(8)], get_init_inputs=lambda: [])
+    mod = types.SimpleNamespace(get_inputs=lambda: [torch.rand(8)], get_init_inputs=lambda: [])  # widenable
     src = InputSource(mod, "cpu", secret=b"n" * 32)
     gate, ev = precision.prepare(NoDouble(), src, [((8,), torch.float32)], torch.device("cpu"), 20,
                                  random.Random(0), flops=0)
     assert gate is None and ev["applied"] is False and "not implemented for 'Double'" in ev["note"]
+    assert not src.widened_rounds  # no gate, no widened rounds
 
 
 # --- through the real judge on CPU -----------------------------------------------------------------

@@ -538,7 +538,20 @@ def prepare(model: torch.nn.Module, source: Any, out_struct: Sequence[tuple[tupl
     ``model`` is the judge's own reference model, in the task's dtype on ``device``; it is
     converted to float64 in place (the judge does not use it afterwards). ``source`` is the
     evaluation's InputSource: widened rounds are registered on it (``source.widen``), so the
-    rounds draw exactly the inputs the ground truth was computed from."""
+    rounds draw exactly the inputs the ground truth was computed from; without a gate, none."""
+    try:
+        gate, ev = _prepare(model, source, out_struct, device, n_correct, rng, flops)
+    except BaseException:
+        source.widen(WidenSpec(), [])
+        raise
+    if gate is None:
+        source.widen(WidenSpec(), [])
+    return gate, ev
+
+
+def _prepare(model: torch.nn.Module, source: Any, out_struct: Sequence[tuple[tuple[int, ...], torch.dtype]],
+             device: torch.device, n_correct: int, rng: random.Random, flops: float | None,
+             ) -> tuple[PrecisionGate | None, dict[str, Any]]:
     dtypes = [d for _s, d in out_struct]
     gated = [gated_dtype(d) for d in dtypes]
     plain, widened = choose_rounds(n_correct, rng)
