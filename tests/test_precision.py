@@ -37,7 +37,9 @@ def test_k_is_pytorchs_and_the_floor_a_few_units_of_the_dtype():
     assert precision.multiplier(torch.float32, 65536) == 2.0
     assert precision.multiplier(torch.float16, 65536) == precision.multiplier(torch.bfloat16, 65536) == 3.0
     assert precision.multiplier(torch.float32, 1) == precision.multiplier(torch.float16, 10) == 10.0
-    assert precision.multiplier(torch.float32, 11) == precision.multiplier(torch.float32, 500) == 5.0
+    assert precision.multiplier(torch.float32, 11) == precision.multiplier(torch.float32, 500) == 8.0
+    assert precision.multiplier(torch.float32, 501) == precision.multiplier(torch.float16, 999) == 3.0
+    assert precision.multiplier(torch.float32, 1000) == 2.0
     assert precision.floor_for(torch.float32) == pytest.approx(F32_FLOOR)
     assert precision.floor_for(torch.float16) == pytest.approx(4 * 2.0**-11)
     assert precision.floor_for(torch.bfloat16) == pytest.approx(4 * 2.0**-8)
@@ -202,7 +204,7 @@ def test_the_gate_decides_after_its_last_round_and_says_why():
     t = data[7]
     problem = gate.add(7, [t], [t * (1 + 1e-7)], [t * (1 + 1e-7)])
     assert problem.startswith("less precise than the reference: ") and "x its error against an fp64 ground truth" in problem
-    assert "the task's own inputs" in problem and "allowed 5x" in problem  # 16 elements: k = 5
+    assert "the task's own inputs" in problem and "allowed 8x" in problem  # 16 elements: k = 8
     ev = gate.evidence()
     assert ev["applied"] and ev["rounds"] == 3 and ev["widened_rounds"] == 1 and ev["group"] == precision.TASK
     assert ev["ratio"] > 30 and {o["group"] for o in ev["outputs"]} == {"task", "widened"}
