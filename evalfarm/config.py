@@ -132,6 +132,13 @@ class ScoreConfig:
     # device and launch latency, which compresses its speedup towards 1). Inputs over
     # timed_blocks.STAGING_MAX_BYTES per round keep lone calls.
     timing_protocol: str = "blocks"
+    # How a candidate's precision is judged (evalfarm.judge.precision): "fp64" (the default) also
+    # compares, on a few correctness rounds (some with widened inputs: random signs), both the
+    # reference's error and the candidate's against a float64 ground truth, and refuses a candidate
+    # whose error is more than k times the reference's plus a small floor (INCORRECT); "tolerance"
+    # checks outputs against the reference by tolerance only, as before. The paper guard policy
+    # keeps tolerance only too (KernelBench's rules).
+    precision: str = "fp64"
 
     def __post_init__(self) -> None:
         dev = self.device
@@ -156,6 +163,8 @@ class ScoreConfig:
             raise ConfigError(f"warm_call must be true, false or unset (None: on a CPU only), got {self.warm_call!r}")
         if self.timing_protocol not in ("blocks", "lone"):
             raise ConfigError(f"timing_protocol must be 'blocks' or 'lone', got {self.timing_protocol!r}")
+        if self.precision not in ("fp64", "tolerance"):
+            raise ConfigError(f"precision must be 'fp64' or 'tolerance', got {self.precision!r}")
         if self.min_timed_rounds < self.num_buckets:
             raise ConfigError("min_timed_rounds must be at least num_buckets")
 
@@ -166,6 +175,11 @@ class ScoreConfig:
     @property
     def is_cuda(self) -> bool:
         return self.device.startswith("cuda")
+
+    @property
+    def precision_gate(self) -> bool:
+        """Whether the float64 precision gate applies: precision "fp64" and a policy other than paper."""
+        return self.precision == "fp64" and self.guard_policy != "paper"
 
     @property
     def exchange_charged(self) -> bool:

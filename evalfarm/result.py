@@ -111,6 +111,17 @@ class Evidence:
     # Diagnostics asked for by `evalfarm score --profile / --save-failing-input`
     # (evalfarm.judge.diagnose): {"profile": {...}, "failing_input": {...}}, with the files written.
     diagnostics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The precision gate (evalfarm.judge.precision): {"applied", "rounds", "widened_rounds", "ref_error",
+    # "cand_error", "ratio", "k", "floor", "group", "metric", "ground_truth_device", "widened_inputs",
+    # "outputs": [per output and group of rounds], "notes"}; {"applied": False, "note"} where it does
+    # not apply (precision=tolerance, the paper policy, no float16/bfloat16/float32 output, no float64
+    # ground truth). Set in the set-up and after the last gated round.
+    precision: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # How close the calls are to the hardware (evalfarm.judge.roofline), for an OK result: {"flops",
+    # "bytes", "bytes_parts", "arithmetic_intensity", "ref": {"time_us", "tflops", "tbps",
+    # "flop_fraction", "byte_fraction"}, "cand": {...}, "peaks": {"flops_per_s", "dram_bytes_s", ...}}.
+    # Fractions are null where the device's peaks are unknown (a CPU, a GPU not in the table).
+    roofline: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -53,6 +53,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the correctness rounds after the warm-up a batch per worker exchange, their inputs "
                         "all written before the batch and their times never counted; --no-correctness-block: "
                         f"one exchange per call (docs/security.md) (default: {'on' if d.correctness_block else 'off'})")
+    p.add_argument("--precision", choices=["fp64", "tolerance"], default=None,
+                   help="fp64: on a few correctness rounds (some with widened, signed inputs) the candidate's error "
+                        "against a float64 ground truth may be at most k times the reference's (2x, 3x for half "
+                        "types) plus a small floor, else INCORRECT; tolerance: the tolerance check alone (as "
+                        "--guard-policy paper does) (docs/security.md, \"The precision gate\") "
+                        f"(default: {d.precision})")
+    p.add_argument("--timing-protocol", choices=["blocks", "lone"], default=None,
+                   help="blocks: each worker's timed calls queued back to back, each call's fresh inputs released "
+                        "right before it; lone: one call per exchange with the judge (the earlier protocol) "
+                        f"(default: {d.timing_protocol})")
     p.add_argument("--warm-call", choices=["auto", "on", "off"], nargs="?", const="on", default="auto",
                    help="before each short timed call (reference under 1 ms), call the model once, untimed, on "
                         "inputs the worker has already seen, in both workers; auto: on a CPU only "
@@ -66,7 +76,8 @@ def option_changes(args: argparse.Namespace) -> dict[str, Any]:
     for dest, field in (("inputs", "num_correctness_inputs"), ("budget", "timing_budget_s"),
                         ("tolerance", "tolerance"), ("size_profile", "size_profile"),
                         ("guard_policy", "guard_policy"), ("reverify_above", "reverify_above"),
-                        ("gpu_lease_timeout", "gpu_lease_timeout_s"), ("correctness_block", "correctness_block")):
+                        ("gpu_lease_timeout", "gpu_lease_timeout_s"), ("correctness_block", "correctness_block"),
+                        ("precision", "precision"), ("timing_protocol", "timing_protocol")):
         value = getattr(args, dest, None)
         if value is not None:
             changes[field] = value

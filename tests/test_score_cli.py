@@ -76,6 +76,46 @@ def test_every_option_has_a_help_line_and_a_true_default_shown_once(capsys, comm
             assert blocks[flag].endswith(f"(default: {DEFAULTS[key]})"), blocks[flag]
 
 
+# Every scoring flag of `evalfarm score` with a value other than its default.
+SCORING_FLAGS = [
+    ["--inputs", "7"], ["--budget", "2.5"], ["--tolerance", "kernelbench"], ["--guard-policy", "paper"],
+    ["--size-profile", "small"], ["--no-other-sizes"], ["--require-other-sizes"], ["--reverify-above", "0"],
+    ["--charge-exchange", "on"], ["--charge-exchange", "off"], ["--gpu-lease-timeout", "5"],
+    ["--no-correctness-block"], ["--warm-call", "on"], ["--warm-call", "off"], ["--precision", "tolerance"],
+    ["--timing-protocol", "lone"],
+]
+
+
+def test_every_scoring_flag_means_the_same_locally_and_on_a_daemon(tmp_path):
+    """Each flag through the local path (ScoreConfig from the command line) and the remote one (the
+    request's ScoreOptions, read back as the daemon reads them): the same ScoreConfig, and not the
+    default one."""
+    import argparse
+
+    from evalfarm import score_options
+    from evalfarm.client.cli import _build_request
+    from evalfarm.client.wire import config_from_pb
+
+    probe = argparse.ArgumentParser()
+    score_options.add_arguments(probe)
+    flags = {o for a in probe._actions for o in a.option_strings if o.startswith("--")} - {"--help", "--device"}
+    walked = {f[0] for f in SCORING_FLAGS} | {"--" + f[0][5:] for f in SCORING_FLAGS if f[0].startswith("--no-")}
+    assert flags <= walked, f"walk these flags too: {sorted(flags - walked)}"
+    (tmp_path / "c.py").write_text("class ModelNew: pass\n")
+    base = ["score", "--task", TASK, "--candidate", str(tmp_path / "c.py")]
+    default = score_options.local_config(build_parser().parse_args(base))
+    for extra in SCORING_FLAGS:
+        args = build_parser().parse_args([*base, *extra])
+        local = score_options.local_config(args)
+        remote = config_from_pb(_build_request(args).options, "cpu")
+        assert local == remote, extra
+        assert local != default, f"{extra} changes nothing"
+        assert score_options.remote_identity(args) == {**local.to_dict(), "device": "farm"}, extra
+    args = build_parser().parse_args([*base, "--precision", "tolerance", "--timing-protocol", "lone"])
+    assert score_options.local_config(args).precision == "tolerance"
+    assert config_from_pb(_build_request(args).options, "cpu").timing_protocol == "lone"
+
+
 def test_links_in_help_texts_point_to_sections_that_exist(capsys):
     texts = [_help(capsys)] + [_help(capsys, c) for c in COMMANDS]
     links = {m.groups() for t in texts for m in re.finditer(r'((?:docs/[\w.-]+|README)\.md)(?:,\s+"([^"]+)")?',

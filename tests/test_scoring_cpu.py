@@ -50,7 +50,8 @@ def test_identical_candidate_is_ok_near_one(task, data_dir, build_pool):
     assert 0 < ph["rounds_poison"] <= ph["rounds_prepare"] and ph["rounds_write"] > 0, ph
     assert ph["rounds_calls"] <= ph["rounds_go"] and ph["rounds_quiet"] == 0, ph
     # And the judge's set-up, split into its steps, which add up to it.
-    steps = ("setup_device", "setup_task", "setup_reference", "setup_lint", "setup_arenas", "setup_device_facts")
+    steps = ("setup_device", "setup_task", "setup_reference", "setup_lint", "setup_roofline", "setup_precision",
+             "setup_arenas", "setup_device_facts")
     assert all(ph[k] >= 0 for k in steps) and ph["setup_reference"] > 0, ph
     assert abs(sum(ph[k] for k in steps) - ph["judge_setup"]) < 0.01, ph
 

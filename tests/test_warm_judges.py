@@ -281,10 +281,10 @@ class _StartingUp(WarmJudges):
         return True
 
 
-def _score_while_starting_up(judges, task, data_dir, build_pool, blocks):
+def _score_while_starting_up(judges, task, data_dir, build_pool, blocks, protocol="lone"):
     """An identical copy scored while ``judges`` reports a standby starting up (closed after)."""
     cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.5, min_timed_rounds=21, warmup_rounds=2,
-                      correctness_block=blocks)
+                      correctness_block=blocks, timing_protocol=protocol)
     try:
         r = start(task, as_candidate(str(data_dir / "cand_same.py")), cfg, build_pool, judges=judges).result(timeout=240)
     finally:
@@ -293,18 +293,23 @@ def _score_while_starting_up(judges, task, data_dir, build_pool, blocks):
     return r, cfg
 
 
-@pytest.mark.parametrize("blocks", [False, True])
-def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, data_dir, build_pool, blocks):
+@pytest.mark.parametrize(("blocks", "protocol"), [(False, "lone"), (True, "lone"), (False, "blocks")])
+def test_rounds_run_during_a_standby_start_up_are_checked_but_not_timed(task, data_dir, build_pool, blocks, protocol):
     judges = _StartingUp(seconds=4.0)
-    r, cfg = _score_while_starting_up(judges, task, data_dir, build_pool, blocks)
+    r, cfg = _score_while_starting_up(judges, task, data_dir, build_pool, blocks, protocol)
     assert len(judges.asked) == 1
     # The 20 correctness rounds all ran before the go (they take far less than 4 s here), so at
     # least the 18 after the warm-up were checked and set aside (whole batches are planned, so
     # the rest of the first batch too); the judge then waited for the go, and the rounds that
     # make the score came after it. In correctness blocks those 18 are block rounds instead (never
     # timed either way), and a batch ends where correctness does, so nothing else is set aside.
+    # Under timed blocks (evalfarm.judge.timed_blocks) correctness rounds are never samples, and the
+    # timed blocks all come after correctness: nothing is set aside, and every sample follows the go.
     assert r.evidence.correctness_inputs == 20
-    if blocks:
+    assert r.evidence.timing.protocol == protocol
+    if protocol == "blocks":
+        assert r.evidence.timing.set_aside_rounds == 0 and r.evidence.timing.timed_block_rounds > 0, r.evidence.timing
+    elif blocks:
         assert r.evidence.timing.block_rounds == 18 and r.evidence.timing.set_aside_rounds == 0, r.evidence.timing
     else:
         assert r.evidence.timing.set_aside_rounds >= 18 and r.evidence.timing.block_rounds == 0

@@ -4,6 +4,10 @@ The seed for round r is derived from a 256-bit secret held only by the judge, so
 candidate can neither read nor reproduce it. Where the task allows, inputs are created
 directly on the device (``with torch.device(dev)``), so 1000 inputs cost no host-to-device
 copies; a task whose get_inputs cannot run that way falls back to host generation.
+
+Some correctness rounds may be *widened* (``widen``, evalfarm.judge.precision): their draw of
+the task's own inputs then gets random signs on the inputs the precision gate chose, from a seed
+of their own, so the same round always draws the same widened inputs.
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ import hashlib
 import random
 import secrets
 import types
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
+
+from evalfarm.judge import precision
 
 
 class InputSource:
@@ -25,6 +32,8 @@ class InputSource:
         self._secret = secret if secret is not None else secrets.token_bytes(32)
         self.on_device = self.device.type != "cpu"
         self._draw_generators: list[torch.Generator] | None = None
+        self.widen_spec = precision.WidenSpec()
+        self.widened_rounds: frozenset[int] = frozenset()
 
     def seed_for(self, purpose: str, index: int) -> int:
         h = hashlib.blake2b(f"{purpose}:{index}".encode(), key=self._secret, digest_size=8)
@@ -58,8 +67,19 @@ class InputSource:
     def weight_seed(self) -> int:
         return self.seed_for("weights", 0)
 
+    def widen(self, spec: precision.WidenSpec, rounds: Iterable[int]) -> None:
+        """From now on, the inputs of ``rounds`` are widened as ``spec`` says (none: no widening)."""
+        self.widen_spec = spec
+        self.widened_rounds = frozenset(rounds) if spec else frozenset()
+
     def inputs(self, index: int) -> list[Any]:
-        """The inputs of round ``index``, on the device."""
+        """The inputs of round ``index``, on the device (widened for a widened round)."""
+        values = self._drawn(index)
+        if index in self.widened_rounds:
+            values = precision.widen(values, self.widen_spec, self.seed_for("widen", index))
+        return values
+
+    def _drawn(self, index: int) -> list[Any]:
         seed = self.seed_for("inputs", index)
         if self.on_device:
             try:

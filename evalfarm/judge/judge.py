@@ -78,7 +78,7 @@ from evalfarm import bubblewrap, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak, nvml_clock_reader, nvml_clocks
-from evalfarm.judge import diagnose, extension_facts, gpu_lease, wire
+from evalfarm.judge import diagnose, extension_facts, gpu_lease, precision, roofline, wire
 from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.inputs import InputSource
@@ -510,8 +510,9 @@ class Judge:
         # Likewise the judge's set-up, split where a GPU might spend it: setup_device (device
         # selection, clean state), setup_task (the task module, its init inputs, the reference
         # model built), setup_reference (its first two calls and their facts), setup_lint (the
-        # degenerate-output check), setup_arenas (memory plan and input/output arenas) and
-        # setup_device_facts (device properties, the DRAM peak from NVML).
+        # degenerate-output check), setup_roofline (one call's FLOPs counted), setup_precision (the
+        # precision gate's float64 ground truths), setup_arenas (memory plan and input/output
+        # arenas) and setup_device_facts (device properties, the DRAM peak from NVML).
         self.setup_phases: dict[str, float] = {}
         self.rng = random.Random(secrets.randbits(64))
         self.degenerate = ""
@@ -546,6 +547,10 @@ class Judge:
         self._staging_areas: dict[str, Arena] = {}
         self.staging_layout: StagingLayout | None = None
         self._seq = 0
+        # The precision gate (evalfarm.judge.precision) and one call's counts for the roofline
+        # (evalfarm.judge.roofline), both from the set-up (_setup_precision).
+        self.precision_gate: precision.PrecisionGate | None = None
+        self.roofline_counts: roofline.Counts | None = None
 
     # --- the evaluation ---------------------------------------------------------------
     def run(self) -> ScoreResult:
@@ -685,6 +690,7 @@ class Judge:
             self.evidence.task_flags["degenerate"] = self.degenerate
         self.t_ref_est = t_ref
         self.ref_recent: collections.deque[int] = collections.deque(maxlen=64)  # the last calls' ns
+        self._setup_precision(ref_model, mark)  # converts ref_model to float64
         del ref_model
         sample = self.source.inputs(-1)
         in_bytes = _tensors_bytes(sample)
@@ -807,11 +813,64 @@ class Judge:
             self._hold.ask()
             self.phases["held_for_standby"] = 0.0  # the wait left once correctness is done
         result = self._measure()
+        if result.ok and not self.correctness_only and self.evidence.timing is not None:
+            self.evidence.roofline = self._roofline(self.evidence.timing)
         if self.diagnostics.profile_dir and not self.correctness_only:
             self.evidence.diagnostics["profile"] = self._profile(profile)
         if result.ok and not self.correctness_only and (ready.get("extensions") or self.failed_extensions or raised):
             self.evidence.build["own_kernels"] = self._own_kernels(bool(ready.get("extensions")))
         return result
+
+    def _setup_precision(self, model: Any, mark: Any) -> None:
+        """One reference call's FLOPs and bytes (evalfarm.judge.roofline), then the precision gate's
+        float64 ground truths of its rounds (evalfarm.judge.precision), which converts ``model``
+        to float64. Neither is ever a verdict: a failure is a note in the evidence."""
+        self.roofline_counts = roofline.count(model, self.source.inputs(-1), self.out_struct)
+        mark("setup_roofline")
+        cfg = self.config
+        reason = precision.not_applied_reason(cfg.precision, cfg.guard_policy, [d for _s, d in self.out_struct])
+        if reason:
+            self.evidence.precision = precision.not_applied(reason)
+        else:
+            try:
+                self.precision_gate, ev = precision.prepare(model, self.source, self.out_struct, self.device,
+                                                            cfg.num_correctness_inputs, self.rng,
+                                                            self.roofline_counts.flops)
+            except Exception as err:  # noqa: BLE001 - the farm's problem, never the candidate's
+                self.source.widen(precision.WidenSpec(), ())
+                ev = precision.not_applied(f"no float64 ground truth: {type(err).__name__}: {str(err)[:300]}")
+            self.evidence.precision = self.precision_gate.evidence() if self.precision_gate is not None else ev
+        mark("setup_precision")
+
+    def _precision_round(self, plan: RoundPlan, ref_out: Any, cand_out: Any) -> None:
+        """A gated round's outputs into the precision gate; INCORRECT after the last one when the
+        candidate is less precise than the reference."""
+        gate = self.precision_gate
+        assert gate is not None
+        try:
+            problem = gate.add(plan.r, plan.inputs, flatten_output(ref_out), flatten_output(cand_out))
+        except Exception as err:  # noqa: BLE001 - the farm's problem: the gate is dropped, with a note
+            self.precision_gate = None
+            self.evidence.precision = precision.not_applied(
+                f"dropped at round {plan.r}: {type(err).__name__}: {str(err)[:300]}", gate.notes)
+            return
+        self.evidence.precision = gate.evidence()
+        if problem:
+            raise Verdicted(Verdict.INCORRECT, f"precision gate ({self.evidence.precision['rounds']} of the "
+                            f"{self.config.num_correctness_inputs} correctness inputs): {problem}")
+
+    def _roofline(self, timing: TimingEvidence) -> dict[str, Any]:
+        """``evidence.roofline`` of an OK result (evalfarm.judge.roofline)."""
+        counts = self.roofline_counts
+        assert counts is not None
+        if self.device.type == "cuda":
+            props = torch.cuda.get_device_properties(self.device)
+            dram = self.dram or dram_peak(*_cuda_identity(props))
+            peaks = roofline.peaks("cuda", props.name, (props.major, props.minor), counts.dtype,
+                                   dram.bytes_per_s, dram.note)
+        else:
+            peaks = roofline.peaks("cpu", self.evidence.device_name, None, counts.dtype)
+        return roofline.evidence(counts, timing.ref_time_us_median, timing.cand_time_us_median, peaks)
 
     def _staging_handle(self, role: str) -> dict[str, Any] | None:
         """What a worker needs to map its staging area; None without timed blocks."""
@@ -1665,12 +1724,16 @@ class Judge:
             return tuple(views) if self.tuple_out else views[0]
 
         c = compare_outputs(outputs(CANDIDATE), outputs(REFERENCE), self.config.tolerance)
+        gate = self.precision_gate
         if not c.ok:
             if in_correctness:
                 self._save_failing(plan, c.reason, flatten_output(outputs(REFERENCE)),
                                    flatten_output(outputs(CANDIDATE)))
+                # A gated round also says whether the candidate is less precise than the reference.
+                more = gate.describe_round(plan.r, plan.inputs, flatten_output(outputs(REFERENCE)),
+                                           flatten_output(outputs(CANDIDATE))) if gate is not None else ""
                 raise Verdicted(Verdict.INCORRECT, f"correctness input {plan.r + 1} of "
-                                f"{self.config.num_correctness_inputs}: {c.reason}")
+                                f"{self.config.num_correctness_inputs}: {c.reason}" + (f"; {more}" if more else ""))
             raise Verdicted(Verdict.HACK_DETECTED, f"guard timed_output_audit: a timed call's output was wrong "
                             f"after all correctness inputs passed (round {plan.r}): {c.reason}")
         if not self.ref_mutates_inputs:
@@ -1678,6 +1741,8 @@ class Judge:
             for v, slot in zip(plan.inputs, plan.calls[CANDIDATE].in_slots, strict=True):
                 if slot is not None and not torch.equal(arena.view(slot), v):
                     raise Verdicted(Verdict.INCORRECT, f"the candidate modified its input in place (round {plan.r})")
+        if in_correctness and gate is not None and gate.expects(plan.r):
+            self._precision_round(plan, outputs(REFERENCE), outputs(CANDIDATE))
         return c
 
     # --- plumbing --------------------------------------------------------------------

@@ -66,7 +66,7 @@ class Candidate(_message.Message):
     def __init__(self, source: _Optional[bytes] = ..., sample_id: _Optional[str] = ..., tags: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ScoreOptions(_message.Message):
-    __slots__ = ("num_correctness_inputs", "tolerance", "timing_budget_s", "target_ci", "num_buckets", "max_bucket_variance", "min_timed_rounds", "warmup_rounds", "audit_fraction", "timeout_factor", "min_call_timeout_s", "load_timeout_s", "build_timeout_s", "size_profile", "memory_limit_bytes", "file_size_limit_bytes", "first_call_timeout_s", "guard_policy", "reverify_above", "check_other_sizes", "require_other_sizes", "charge_exchange", "gpu_lease_timeout_s", "correctness_block", "warm_call")
+    __slots__ = ("num_correctness_inputs", "tolerance", "timing_budget_s", "target_ci", "num_buckets", "max_bucket_variance", "min_timed_rounds", "warmup_rounds", "audit_fraction", "timeout_factor", "min_call_timeout_s", "load_timeout_s", "build_timeout_s", "size_profile", "memory_limit_bytes", "file_size_limit_bytes", "first_call_timeout_s", "guard_policy", "reverify_above", "check_other_sizes", "require_other_sizes", "charge_exchange", "gpu_lease_timeout_s", "correctness_block", "warm_call", "timing_protocol", "precision")
     NUM_CORRECTNESS_INPUTS_FIELD_NUMBER: _ClassVar[int]
     TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     TIMING_BUDGET_S_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +92,8 @@ class ScoreOptions(_message.Message):
     GPU_LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     CORRECTNESS_BLOCK_FIELD_NUMBER: _ClassVar[int]
     WARM_CALL_FIELD_NUMBER: _ClassVar[int]
+    TIMING_PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
     num_correctness_inputs: int
     tolerance: str
     timing_budget_s: float
@@ -117,7 +119,9 @@ class ScoreOptions(_message.Message):
     gpu_lease_timeout_s: float
     correctness_block: bool
     warm_call: bool
-    def __init__(self, num_correctness_inputs: _Optional[int] = ..., tolerance: _Optional[str] = ..., timing_budget_s: _Optional[float] = ..., target_ci: _Optional[float] = ..., num_buckets: _Optional[int] = ..., max_bucket_variance: _Optional[float] = ..., min_timed_rounds: _Optional[int] = ..., warmup_rounds: _Optional[int] = ..., audit_fraction: _Optional[float] = ..., timeout_factor: _Optional[float] = ..., min_call_timeout_s: _Optional[float] = ..., load_timeout_s: _Optional[float] = ..., build_timeout_s: _Optional[float] = ..., size_profile: _Optional[str] = ..., memory_limit_bytes: _Optional[int] = ..., file_size_limit_bytes: _Optional[int] = ..., first_call_timeout_s: _Optional[float] = ..., guard_policy: _Optional[str] = ..., reverify_above: _Optional[float] = ..., check_other_sizes: _Optional[bool] = ..., require_other_sizes: _Optional[bool] = ..., charge_exchange: _Optional[bool] = ..., gpu_lease_timeout_s: _Optional[float] = ..., correctness_block: _Optional[bool] = ..., warm_call: _Optional[bool] = ...) -> None: ...
+    timing_protocol: str
+    precision: str
+    def __init__(self, num_correctness_inputs: _Optional[int] = ..., tolerance: _Optional[str] = ..., timing_budget_s: _Optional[float] = ..., target_ci: _Optional[float] = ..., num_buckets: _Optional[int] = ..., max_bucket_variance: _Optional[float] = ..., min_timed_rounds: _Optional[int] = ..., warmup_rounds: _Optional[int] = ..., audit_fraction: _Optional[float] = ..., timeout_factor: _Optional[float] = ..., min_call_timeout_s: _Optional[float] = ..., load_timeout_s: _Optional[float] = ..., build_timeout_s: _Optional[float] = ..., size_profile: _Optional[str] = ..., memory_limit_bytes: _Optional[int] = ..., file_size_limit_bytes: _Optional[int] = ..., first_call_timeout_s: _Optional[float] = ..., guard_policy: _Optional[str] = ..., reverify_above: _Optional[float] = ..., check_other_sizes: _Optional[bool] = ..., require_other_sizes: _Optional[bool] = ..., charge_exchange: _Optional[bool] = ..., gpu_lease_timeout_s: _Optional[float] = ..., correctness_block: _Optional[bool] = ..., warm_call: _Optional[bool] = ..., timing_protocol: _Optional[str] = ..., precision: _Optional[str] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
     __slots__ = ("task", "candidate", "options", "no_cache", "deadline_s", "reverification")

@@ -361,3 +361,15 @@ def test_a_forged_completion_word_buys_no_read_ahead(task, build_pool):
     r = _score(task, RUNTIME / "timed_block_forged_done.py", build_pool)
     paid = r.verdict is Verdict.OK and r.speedup is not None and r.speedup >= 2.0  # its honest part earns ~1x
     assert not paid, (r.verdict, r.speedup, r.detail, r.evidence.timing)
+
+
+def test_reduced_precision_within_tolerance_is_refused_by_the_precision_gate(build_pool):
+    # A TF32-emulating matmul (mantissas rounded to 10 bits) on uniform [0, 1) inputs: within the
+    # strict 1e-4 tolerance, about 100x the reference's error against a float64 ground truth.
+    # Refused by default; the tolerance alone (precision="tolerance") still lets it through.
+    matmul = as_task(str(Path(__file__).resolve().parents[1] / "data" / "task_matmul_rand.py"))
+    r = score_attack(matmul, RUNTIME / "tf32_emulated_matmul.py", build_pool, QUICK, reverify_above=0)
+    assert r.verdict is Verdict.INCORRECT and "less precise than the reference" in r.detail, (r.verdict, r.detail)
+    old = score_attack(matmul, RUNTIME / "tf32_emulated_matmul.py", build_pool, QUICK, reverify_above=0,
+                       precision="tolerance")
+    assert old.verdict is Verdict.OK, (old.verdict, old.detail)

@@ -63,6 +63,8 @@ def test_infra_error_not_cached(daemon_factory) -> None:
         (lambda r: r.ClearField("candidate"), "candidate is missing"),
         (lambda r: setattr(r.options, "num_correctness_inputs", 0), "num_correctness_inputs"),
         (lambda r: setattr(r.options, "tolerance", "loose"), "tolerance"),
+        (lambda r: setattr(r.options, "precision", "fp32"), "precision must be 'fp64' or 'tolerance'"),
+        (lambda r: setattr(r.options, "timing_protocol", "batched"), "timing_protocol must be 'blocks' or 'lone'"),
     ],
 )
 def test_bad_input_is_invalid_argument(daemon_factory, mutate, message) -> None:
