@@ -86,6 +86,7 @@ def test_evidence_sees_a_real_effect_and_reports_none_when_there_is_none(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.timeout(1560)  # its subprocess's own bound plus a minute: 10-15 minutes on 2 cores
 def test_ci_sized_experiment_end_to_end(tmp_path):
     """configs/speed_mixture.py with experiment.short: base (SFT + self-supervised), then every
     arm for one seed, on real local farm daemons; the report answers both questions."""

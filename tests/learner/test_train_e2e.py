@@ -83,7 +83,8 @@ def _daemon_pids(workdir: Path) -> list[int]:
     return pids
 
 
-@pytest.mark.long  # the whole learner CLI twice with a local farm: about 6 minutes on 2 cores
+@pytest.mark.long  # the whole learner CLI twice with a local farm: about 6-8 minutes on 2 cores
+@pytest.mark.timeout(1500)  # its first run's wait, the daemon's exit and the second run's 600 s bound
 def test_three_stages_then_kill_during_rl_and_resume(tmp_path):
     workdir = tmp_path / "run"
     log1 = open(tmp_path / "first.log", "w")  # noqa: SIM115
