@@ -86,7 +86,7 @@ def test_deadline_gives_infra_error_not_hang(daemon_factory) -> None:
         res = farm.score("L1/1", fake_source(sleep=60, salt="slow"), deadline_s=0.8)
         elapsed = time.monotonic() - t0
     assert res.verdict is Verdict.INFRA_ERROR and "deadline exceeded" in res.result.detail
-    assert elapsed < 3.0
+    assert elapsed < 15.0, elapsed  # the deadline, not the candidate's 60 s (room for a loaded machine)
     assert _wait(lambda: a.backend.evaluations[0].cancelled, 5)
 
 

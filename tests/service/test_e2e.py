@@ -117,7 +117,9 @@ def test_restart_keeps_cache(spawn_daemon, tmp_path: Path) -> None:
         again = pb_grpc.EvalFarmStub(ch).Score(request(src, "b", task="L1/2", **TINY), timeout=60)
     elapsed = time.monotonic() - t0
     assert again.evidence.cached and again.verdict == first.verdict and again.sample_id == "b"
-    assert elapsed < 2.0, elapsed
+    # Served from the cache, not scored again (a score of this task takes far longer: its build,
+    # two workers' start and 1000 rounds); the bound leaves room for a loaded machine.
+    assert elapsed < 10.0, elapsed
 
 
 def test_killed_candidate_process_gives_verdict(spawn_daemon) -> None:

@@ -105,8 +105,8 @@ def test_over_capacity_is_rejected_fast(daemon_factory) -> None:
         elapsed = time.monotonic() - t0
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         # Refused at admission, not queued: a queued request would wait for the running 1 s
-        # candidate and the two ahead of it (3 s or more).
-        assert elapsed < 1.0, elapsed
+        # candidate and the two ahead of it (3 s or more); the bound leaves room for a loaded machine.
+        assert elapsed < 2.5, elapsed
         assert [f.result(20).verdict for f in futs] == [pb.VERDICT_OK] * 3
 
 

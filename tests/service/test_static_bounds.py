@@ -142,4 +142,5 @@ def test_daemon_health_answers_while_a_pathological_source_is_analysed(spawn_dae
     # Admission's build-ahead and the evaluation each analyse once: two bounds at most.
     assert took < 2 * BOUND_S + 10, took
     assert len(latencies) >= 5, latencies
-    assert max(latencies) < 0.1, latencies
+    # A daemon blocked by the analysis would answer after it (seconds); a loaded machine adds tenths.
+    assert max(latencies) < 0.5, latencies
