@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from evalfarm.build import BuildPool, ExtensionCache
 from evalfarm.build.cache import extension_key, extension_spec
 from evalfarm.build.hook import uses_inline_extensions
@@ -96,3 +98,32 @@ def test_killed_build_leaves_no_lock_that_blocks_the_next(tmp_path):
         assert [e["cache_hit"] for e in r.extensions] == [False]
         r2 = pool.build(src, "cpu")
         assert [e["cache_hit"] for e in r2.extensions] == [True]
+
+
+def test_a_toolchain_child_that_dies_without_a_result_is_tried_once_more(tmp_path, monkeypatch):
+    with BuildPool(cache_dir=tmp_path / "cache") as pool:
+        real, calls = pool._child, []
+
+        def first_dies(request, tmp, arch, deadline):
+            calls.append(request["mode"])
+            if len(calls) == 1:  # as a crash importing torch ends it: no result file
+                return None, "build process exited with code -11 without a result\n"
+            return real(request, tmp, arch, deadline)
+
+        monkeypatch.setattr(pool, "_child", first_dies)
+        tools = pool._toolchain("cpu", False, str(tmp_path), time.monotonic() + 120)
+        assert calls == ["toolchain", "toolchain"] and tools["arch"] == "cpu" and tools["torch"]
+
+
+def test_a_toolchain_that_never_describes_itself_is_the_farms_error(tmp_path, monkeypatch):
+    with BuildPool(cache_dir=tmp_path / "cache") as pool:
+        calls = []
+
+        def always_dies(request, tmp, arch, deadline):
+            calls.append(request["mode"])
+            return None, "build process exited with code -11 without a result\n"
+
+        monkeypatch.setattr(pool, "_child", always_dies)
+        with pytest.raises(RuntimeError, match="cannot describe the toolchain: build process exited with code -11"):
+            pool._toolchain("cpu", False, str(tmp_path), time.monotonic() + 120)
+        assert len(calls) == 2  # tried twice, then given up: no endless retries

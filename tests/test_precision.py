@@ -210,6 +210,18 @@ def test_the_gate_decides_after_its_last_round_and_says_why():
     assert ev["ratio"] > 30 and {o["group"] for o in ev["outputs"]} == {"task", "widened"}
 
 
+def test_a_round_that_failed_the_tolerance_check_puts_its_errors_in_the_evidence():
+    gate, data = _gate({3: precision.WIDENED, 6: precision.TASK})
+    t = data[3]
+    more = gate.describe_round(3, [t], [t * (1 + 1e-7)], [t * (1 + 1e-4)])
+    assert more.startswith("less precise than the reference: ")
+    ev = gate.evidence()  # the verdict came before the last gated round; the evidence still shows why
+    assert ev["rounds"] == 1 and ev["group"] == precision.WIDENED and ev["ratio"] > 100
+    assert not gate.expects(3) and gate.expects(6)
+    assert gate.describe_round(4, [t], [t], [t * 2]) == ""  # not a gated round: nothing to add
+    assert gate.evidence()["rounds"] == 1
+
+
 def test_equal_errors_pass_and_a_changed_draw_is_skipped_with_a_note():
     gate, data = _gate({1: precision.TASK, 2: precision.TASK})
     assert gate.add(1, [data[1] + 1], [data[1]], [data[1] * 1.5]) == ""  # not the truth's inputs: skipped

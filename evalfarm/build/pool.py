@@ -58,6 +58,8 @@ OOM_POLL_S = 0.25
 # Discover runs again (with the failures found so far raised) while a run finds a new failure: the
 # first run and at most this many more in all.
 MAX_DISCOVER_PASSES = 4
+# Tries at describing the toolchain (trusted code) before a build fails as the farm's error.
+TOOLCHAIN_ATTEMPTS = 2
 # Failed builds remembered by a pool (least recently used dropped first); a log is at most 16 KB.
 MAX_REMEMBERED_FAILURES = 1024
 # A failed extension's log in the evidence (the COMPILE_ERROR detail keeps the whole, up to 16 KB).
@@ -294,9 +296,17 @@ class BuildPool:
         return bubblewrap.command(bwrap, view, argv)
 
     def _toolchain(self, arch: str, with_cuda: bool, tmp: str, deadline: float) -> dict[str, str]:
+        """The toolchain description the cache key covers (trusted code, no candidate input). A child
+        that dies without a result (a crash while importing torch on a loaded host) is tried once
+        more before the build fails as the farm's error."""
         if arch not in self._tools:
-            result, text = self._child({"mode": "toolchain"}, tmp, arch, deadline)
-            if result is None or not isinstance(result.get("tools"), dict):
+            for attempt in range(TOOLCHAIN_ATTEMPTS):
+                result, text = self._child({"mode": "toolchain"}, tmp, arch, deadline)
+                if result is not None and isinstance(result.get("tools"), dict):
+                    break
+                log.warning("describing the toolchain failed (attempt %d of %d): %s", attempt + 1,
+                            TOOLCHAIN_ATTEMPTS, text.strip().splitlines()[0] if text.strip() else "no output")
+            else:
                 raise RuntimeError(f"cannot describe the toolchain: {text}")
             self._tools[arch] = result["tools"]
         return self._tools[arch][str(with_cuda)]

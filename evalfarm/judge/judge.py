@@ -1732,6 +1732,8 @@ class Judge:
                 # A gated round also says whether the candidate is less precise than the reference.
                 more = gate.describe_round(plan.r, plan.inputs, flatten_output(outputs(REFERENCE)),
                                            flatten_output(outputs(CANDIDATE))) if gate is not None else ""
+                if gate is not None:
+                    self.evidence.precision = gate.evidence()
                 raise Verdicted(Verdict.INCORRECT, f"correctness input {plan.r + 1} of "
                                 f"{self.config.num_correctness_inputs}: {c.reason}" + (f"; {more}" if more else ""))
             raise Verdicted(Verdict.HACK_DETECTED, f"guard timed_output_audit: a timed call's output was wrong "

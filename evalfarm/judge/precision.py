@@ -472,13 +472,17 @@ class PrecisionGate:
     def describe_round(self, r: int, inputs: Sequence[Any], ref: Sequence[torch.Tensor],
                        cand: Sequence[torch.Tensor]) -> str:
         """For a gated round that failed the tolerance check: this round's own precision verdict
-        ("" when it is within the gate, or the round is not gated)."""
+        ("" when it is within the gate, or the round is not gated); its errors join the evidence."""
         if r not in self.truths:
             return ""
         try:
             found = self._round(r, inputs, ref, cand)
         except Exception:  # noqa: BLE001 - only an addition to a verdict already reached
             return ""
+        if r not in self.seen:  # the evidence shows the errors this verdict rests on
+            self.seen.add(r)
+            for i, errs in found:
+                self.errors.setdefault((i, self.groups[r]), []).append(errs)
         for i, (e_ref, e_cand) in found:
             shape, dtype = self.out_struct[i]
             s = Summary(i, dtype, math.prod(shape), self.groups[r], 1, e_ref, e_cand)
