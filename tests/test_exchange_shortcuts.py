@@ -194,14 +194,14 @@ def test_a_reply_after_the_spin_is_read_by_the_blocking_wait(pair):
     t.join()
 
 
-@pytest.mark.parametrize("spin_s", [0.05, 1.0])
+@pytest.mark.parametrize("spin_s", [0.05, 5.0])
 def test_no_reply_times_out_at_the_timeout_whatever_the_spin(pair, spin_s):
     """The spin is part of the wait, never added to it: a spin longer than the timeout ends at the timeout."""
     conn, _ = pair
     start = time.monotonic()
     with pytest.raises(TimeoutError):
         wire.recv_json(conn, 0.2, spin_s=spin_s)
-    assert 0.15 <= time.monotonic() - start < 0.6
+    assert 0.15 <= time.monotonic() - start < 2.5  # far below the 5 s spin (room for a loaded machine)
 
 
 def test_the_reference_skips_its_poisoning_unless_asked_and_the_evidence_says_so(monkeypatch, tmp_path, task, data_dir,

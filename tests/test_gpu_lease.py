@@ -68,7 +68,7 @@ def test_a_leased_gpu_times_out_naming_the_holder_and_another_gpu_is_free(tmp_pa
     t0 = time.monotonic()
     with pytest.raises(gpu_lease.LeaseTimeout) as err:
         gpu_lease.acquire(GPU, 0.5, on_wait=told.append, directory=directory)
-    assert 0.5 <= time.monotonic() - t0 < 5
+    assert 0.5 <= time.monotonic() - t0 < 15  # bounded (room for a loaded machine)
     assert f"pid {proc.pid}" in str(err.value) and "gpu_lease_timeout_s" in str(err.value)
     assert len(told) == 1 and f"pid {proc.pid}" in told[0]  # told once, with who holds it
     other = gpu_lease.acquire("GPU-ffffffff-0000-1111-2222-333344445555", 0.5, directory=directory)

@@ -185,11 +185,10 @@ def test_a_blocking_static_finding_decides_before_anything_runs(task, build_pool
     src = ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
            "    def __init__(self, scale):\n        super().__init__()\n        self.s = torch.cuda.Stream()\n"
            "    def forward(self, x):\n        return x\n")
-    t0 = time.monotonic()
     # Side streams are an optional behaviour: the "paper" policy forbids them, so the finding blocks.
     r = score(task, Candidate(source=src), QUICK.replace(guard_policy="paper"), build_pool=build_pool)
     assert r.verdict is Verdict.HACK_DETECTED and "side_stream" in r.detail
-    assert time.monotonic() - t0 < 5 and "judge_setup" not in r.evidence.phases_s
+    assert "judge_setup" not in r.evidence.phases_s  # refused before any judge started
     assert [f["guard"] for f in r.evidence.static_findings if f["blocking"]] == ["side_stream"]
 
 

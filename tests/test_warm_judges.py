@@ -159,7 +159,7 @@ def test_wait_ready_reports_a_standby_that_has_started_up():
         # Just started (an interpreter and torch take seconds): a cancelled wait returns at once.
         t0 = time.monotonic()
         assert not judges.wait_ready("cpu", 30, cancelled=lambda: True)
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 15  # not the 30 s wait (room for a loaded machine)
         assert judges.wait_ready("cpu", 120)
         assert all(j.ready for j in judges._ready["cpu"])
         assert judges.wait_ready("cuda:7", 0.1)  # no standbys kept for it: nothing to wait for
@@ -255,7 +255,7 @@ def test_rounds_hold_counts_from_the_owners_go_and_never_waits_past_its_bound(mo
     assert not hold.released()
     t = time.monotonic()
     assert hold.released(wait=True)
-    assert time.monotonic() - t < 2
+    assert time.monotonic() - t < 10  # its 0.3 s bound, not the 30 s default
 
     # Anything else is a protocol error, not a silent go.
     judge_end, owner_end = Pipe()

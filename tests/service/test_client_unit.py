@@ -119,7 +119,7 @@ def test_no_daemon_reachable_bounded() -> None:
     with FarmClient(["127.0.0.1:1"], poll_interval_s=0.2) as farm:
         t0 = time.monotonic()
         res = farm.score("L1/1", fake_source(), deadline_s=1.0)
-    assert res.verdict is Verdict.INFRA_ERROR and time.monotonic() - t0 < 5
+    assert res.verdict is Verdict.INFRA_ERROR and time.monotonic() - t0 < 15  # the 1 s deadline, bounded
 
 
 def _wait(pred, timeout: float) -> bool:
