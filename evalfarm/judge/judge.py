@@ -1730,9 +1730,10 @@ class Judge:
                 self._save_failing(plan, c.reason, flatten_output(outputs(REFERENCE)),
                                    flatten_output(outputs(CANDIDATE)))
                 # A gated round also says whether the candidate is less precise than the reference.
-                more = gate.describe_round(plan.r, plan.inputs, flatten_output(outputs(REFERENCE)),
-                                           flatten_output(outputs(CANDIDATE))) if gate is not None else ""
+                more = ""
                 if gate is not None:
+                    more = gate.describe_round(plan.r, plan.inputs, flatten_output(outputs(REFERENCE)),
+                                               flatten_output(outputs(CANDIDATE)))
                     self.evidence.precision = gate.evidence()
                 raise Verdicted(Verdict.INCORRECT, f"correctness input {plan.r + 1} of "
                                 f"{self.config.num_correctness_inputs}: {c.reason}" + (f"; {more}" if more else ""))

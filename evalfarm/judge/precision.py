@@ -458,12 +458,15 @@ class PrecisionGate:
             out.append((i, errs))
         return out
 
+    def _record(self, r: int, found: Sequence[tuple[int, tuple[float, float]]]) -> None:
+        self.seen.add(r)
+        for i, errs in found:
+            self.errors.setdefault((i, self.groups[r]), []).append(errs)
+
     def add(self, r: int, inputs: Sequence[Any], ref: Sequence[torch.Tensor], cand: Sequence[torch.Tensor]) -> str:
         """Take gated round ``r``'s outputs; after the last gated round, the verdict: "" or why the
         candidate is less precise than the reference."""
-        self.seen.add(r)
-        for i, errs in self._round(r, inputs, ref, cand):
-            self.errors.setdefault((i, self.groups[r]), []).append(errs)
+        self._record(r, self._round(r, inputs, ref, cand))
         if r != self.last:
             return ""
         worst = self.deciding()
@@ -480,9 +483,7 @@ class PrecisionGate:
         except Exception:  # noqa: BLE001 - only an addition to a verdict already reached
             return ""
         if r not in self.seen:  # the evidence shows the errors this verdict rests on
-            self.seen.add(r)
-            for i, errs in found:
-                self.errors.setdefault((i, self.groups[r]), []).append(errs)
+            self._record(r, found)
         for i, (e_ref, e_cand) in found:
             shape, dtype = self.out_struct[i]
             s = Summary(i, dtype, math.prod(shape), self.groups[r], 1, e_ref, e_cand)
