@@ -50,8 +50,8 @@ run_stage() {  # name seconds
       tail -n 40 "$OUT/gpu_tests.log" ;;
     fidelity)
       timeout "$secs" python3 scripts/timing_fidelity.py --device cuda \
-        --tasks "${TASKS:-L2/3:small,L1/1:small,L1/3:small,L2/3:default,L1/3:default,L1/1:default}" \
-        --kernelbench "$kb_root" --kb "${KB:-32_HardTanh,95_CrossEntropyLoss,19_ReLU,23_Softmax}" \
+        --tasks "${TASKS:-L1/1:small,L1/3:small,L2/3:default,L1/1:default,L1/3:default,L2/3:small}" \
+        --kernelbench "$kb_root" --kb "${KB:-32_HardTanh,95_CrossEntropyLoss,23_Softmax}" \
         --inputs "${INPUTS:-100}" --budget "${BUDGET:-1.5}" --max-seconds $((secs - 60)) --out "$OUT/fidelity" \
         > "$OUT/fidelity.log" 2>&1 || rc=$?
       sed -n '/^## Timing fidelity/,$p' "$OUT/fidelity.log"

@@ -162,7 +162,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     suite = builtin_suite()
-    work = []  # (label, task, profile, {candidate name: source})
+    work = []  # (label, task, profile, {candidate name: source}): KernelBench's short tasks first
+    if args.kernelbench:
+        for name in filter(None, args.kb.split(",")):
+            src = kb_task_source(Path(args.kernelbench), name)
+            work.append((f"KB {name}", as_task(src), "default", {"identical": identical_copy(src)}))
     for item in filter(None, args.tasks.split(",")):
         key, _, profile = item.partition(":")
         task = suite.load(key)
@@ -171,10 +175,6 @@ def main() -> None:
             if v.kind == "fast" and v.runs_on(args.device):
                 cands[v.path.stem] = v.path.read_text()
         work.append((f"{key}:{profile or 'default'}", task, profile or "default", cands))
-    if args.kernelbench:
-        for name in filter(None, args.kb.split(",")):
-            src = kb_task_source(Path(args.kernelbench), name)
-            work.append((f"KB {name}", as_task(src), "default", {"identical": identical_copy(src)}))
     protocols = [p for p in args.protocols.split(",") if p]
     judges = WarmJudges({args.device: 1})
     try:
