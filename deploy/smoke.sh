@@ -38,8 +38,9 @@ chmod 0755 "$WORK"
 RESULTS=()
 FAILED=0
 note() { echo "smoke: $*"; }
-check() {  # check NAME CONDITION-STATUS DETAIL
+check() {  # check NAME CONDITION-STATUS DETAIL (printed at once, and again in the summary)
   if [[ "$2" == 0 ]]; then RESULTS+=("PASS  $1: $3"); else RESULTS+=("FAIL  $1: $3"); FAILED=1; fi
+  note "${RESULTS[-1]}"
 }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
