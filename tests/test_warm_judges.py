@@ -61,8 +61,9 @@ def test_an_evaluation_takes_a_warm_judge_which_serves_it_alone(task, data_dir, 
         assert ev._judges == [first], "the evaluation did not use the standby"
         assert r.evidence.phases_s["judge_started_ahead"] > 0.5  # it had been waiting, started up
         # Its start-up, by the host's clock: imports, then workers and device, all before its request.
+        # The figures are rounded to the millisecond, so imports and the whole start-up may be equal.
         ph = r.evidence.phases_s
-        assert 0 < ph["standby_imports"] < ph["standby_startup"] <= ph["judge_started_ahead"]
+        assert 0 < ph["standby_imports"] <= ph["standby_startup"] <= ph["judge_started_ahead"]
         assert ph["teardown"] > 0  # workers killed and reaped before the result was sent
         # When the result is out, the judge that served it and its workers are gone, with its
         # files; a fresh standby (another process, another directory) waits in its place.
