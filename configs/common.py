@@ -141,7 +141,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.farm.local_slots = 1  # CPU slots per local daemon
     c.farm.local_cache_dir = ""  # local daemons' result and build cache ("" = <workdir>/farm-cache); share one to score equal code equally
     c.farm.local_sandbox = "best"  # local daemons' sandbox: "best" (strong where the host has bubblewrap, else weak with a warning: this run's own samples on loopback) or "strong" (refuse without it)
-    c.farm.sample_deadline_s = 900.0  # a sample not scored this long after its dispatch is INFRA_ERROR
+    c.farm.sample_deadline_s = 900.0  # an evaluation running past this from its dispatch is TIMEOUT
     c.farm.max_resubmits = 2  # times an INFRA_ERROR or lost sample is sent again, to another daemon
     c.farm.wait_timeout_s = 1800.0  # the learner's own bound on waiting for one step's results
     c.farm.options = ml_collections.ConfigDict()  # evalfarm scoring options (evalfarm.config.ScoreConfig)

@@ -27,6 +27,7 @@ from evalfarm.build import BuildPool, BuildReport
 from evalfarm.build.hook import uses_inline_extensions
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
+from evalfarm.eval_budget import WallBudget, overrun_detail, run_budget
 from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking
 from evalfarm.guards.bounded import StaticAnalysisUnavailable, check_candidate_source
 from evalfarm.judge import wire
@@ -77,10 +78,6 @@ STANDBY_HOLD_S = 20.0
 LEASE_SLACK_S = 30.0
 
 
-def _overall_timeout(cfg: ScoreConfig) -> float:
-    return cfg.load_timeout_s + 4 * cfg.timing_budget_s + 900.0
-
-
 # progress(phase, facts): told as each phase of an evaluation starts, from the evaluation's thread;
 # for a person watching (`evalfarm score`), never used for the score. Phases, in order: "static",
 # "build" (only when the candidate compiles extensions), "gpu_wait" (facts: holders), "load",
@@ -97,8 +94,11 @@ class Evaluation:
 
     def __init__(self, task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool,
                  diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, deadline_s: float | None = None) -> None:
         self.task, self.candidate, self.config, self.pool = task, candidate, config, pool
+        # The whole evaluation's deadline (evalfarm.eval_budget), counted from now.
+        self.deadline_s = deadline_s if deadline_s and deadline_s > 0 else None
+        self._deadline_at = None if self.deadline_s is None else time.monotonic() + self.deadline_s
         self.judges = judges
         self.progress = progress
         self._judge_run_kind = "first"
@@ -206,6 +206,9 @@ class Evaluation:
         while True:  # a cancelled evaluation does not wait for its build (the pool's owner ends it)
             if self._cancelled:
                 return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
+            if self._deadline_left() == 0.0:
+                return ScoreResult.failure(Verdict.TIMEOUT, f"the build ran past the evaluation's deadline of "
+                                                            f"{self.deadline_s:g} s")
             try:
                 report: BuildReport = build.result(timeout=CANCEL_POLL_S)
                 break
@@ -271,12 +274,19 @@ class Evaluation:
         check = other_sizes.from_result(profile, second, time.monotonic() - t0)
         return other_sizes.apply(result, check, cfg.require_other_sizes)
 
+    def _deadline_left(self) -> float | None:
+        """Seconds left before the evaluation's deadline (None: it has none)."""
+        return None if self._deadline_at is None else max(0.0, self._deadline_at - time.monotonic())
+
     def _judge_run(self, arch: str, config: ScoreConfig | None = None,
                    extra: dict[str, object] | None = None, task: Task | None = None) -> ScoreResult:
         """One judge process over ``task`` (default: this evaluation's task; other_sizes passes a
         copy with a derived size profile)."""
         cfg = config or self.config
         task = task or self.task
+        allowed = run_budget(cfg, self._deadline_left())
+        if allowed.seconds == 0.0:
+            return ScoreResult.failure(Verdict.TIMEOUT, overrun_detail(cfg, allowed, self.deadline_s))
         with self._lock:
             if self._cancelled:
                 return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
@@ -298,16 +308,15 @@ class Evaluation:
         except OSError:
             code = judge.proc.poll()
             return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended before its request (code {code})")
-        budget = WallBudget(_overall_timeout(cfg))
+        budget = WallBudget(allowed.seconds)
         while True:
             try:
                 msg = wire.recv_json(conn, budget.left())
             except TimeoutError:
-                # The judge bounds every step it waits on; what is left to run past the whole
-                # evaluation's wall budget is the candidate's own slowness: charged to it.
-                return ScoreResult.failure(Verdict.TIMEOUT, (
-                    f"the evaluation ran past its wall budget of {_overall_timeout(cfg):.0f} s (load "
-                    "timeout + 4 x timing budget + 900 s)"))
+                # The judge bounds every step it waits on; what is left to run past the run's
+                # wall budget (or the evaluation's deadline) is the candidate's own slowness:
+                # charged to it (evalfarm.eval_budget).
+                return ScoreResult.failure(Verdict.TIMEOUT, overrun_detail(cfg, allowed, self.deadline_s))
             except wire.PeerClosed:
                 code = judge.proc.poll()
                 return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended (code {code})")
@@ -349,31 +358,6 @@ class Evaluation:
                 return result
 
 
-class WallBudget:
-    """An evaluation's wall budget, which stops while the judge waits for something that is not
-    the candidate's doing (its GPU lease); a paused budget is still bounded by the wait's own bound."""
-
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._deadline = clock() + seconds
-        self._left_at_pause: float | None = None
-
-    def left(self) -> float:
-        return max(0.0, self._deadline - self._clock())
-
-    def pause(self, bound_s: float) -> None:
-        """Stop the clock for a wait of at most ``bound_s``."""
-        if self._left_at_pause is None:
-            self._left_at_pause = self.left()
-        self._deadline = self._clock() + bound_s + self._left_at_pause
-
-    def resume(self) -> None:
-        """Go on with what was left when the wait began (no-op when not paused)."""
-        if self._left_at_pause is not None:
-            self._deadline = self._clock() + self._left_at_pause
-            self._left_at_pause = None
-
-
 def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: BuildPool) -> bool:
     """Start the candidate's extension build now, if its evaluation would build it at all (no
     blocking static finding, a ModelNew, an arch for the device). The evaluation's own build later
@@ -397,9 +381,11 @@ def build_ahead(task: Task, candidate: Candidate, config: ScoreConfig, pool: Bui
 
 def start(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: BuildPool | None = None,
           diagnostics: Diagnostics | None = None, judges: WarmJudges | None = None,
-          progress: Progress | None = None) -> Evaluation:
-    """Begin scoring in the background (with judges from ``judges`` when given, else started now)."""
-    return Evaluation(task, candidate, config, build_pool or default_build_pool(), diagnostics, judges, progress)
+          progress: Progress | None = None, deadline_s: float | None = None) -> Evaluation:
+    """Begin scoring in the background (with judges from ``judges`` when given, else started now).
+    ``deadline_s`` bounds the whole evaluation from now; running past it is TIMEOUT (evalfarm.eval_budget)."""
+    return Evaluation(task, candidate, config, build_pool or default_build_pool(), diagnostics, judges, progress,
+                      deadline_s)
 
 
 # After a cancel, how long waiting() waits for the evaluation's processes to be killed and removed.
@@ -422,14 +408,16 @@ def waiting(evaluation: Evaluation) -> ScoreResult:
 
 def score(task: Task | str | Path, candidate: Candidate | str | Path, config: ScoreConfig | None = None,
           build_pool: BuildPool | None = None, diagnostics: Diagnostics | None = None,
-          judges: WarmJudges | None = None, progress: Progress | None = None) -> ScoreResult:
+          judges: WarmJudges | None = None, progress: Progress | None = None,
+          deadline_s: float | None = None) -> ScoreResult:
     """Score a candidate against a task: a file path, built-in id/name, or a Task/Candidate.
     ``diagnostics`` asks for a profiler trace and/or the first failing round's tensors (local only);
     ``judges`` supplies judge processes started ahead (many candidates in a row); ``progress`` is
-    told of each phase as it starts. Interrupted (KeyboardInterrupt), it ends the evaluation's
-    processes before the exception goes on."""
+    told of each phase as it starts; ``deadline_s`` bounds the whole evaluation (running past it
+    is TIMEOUT, as on the farm: evalfarm.eval_budget). Interrupted (KeyboardInterrupt), it ends
+    the evaluation's processes before the exception goes on."""
     return waiting(start(as_task(task), as_candidate(candidate), config or ScoreConfig(), build_pool, diagnostics,
-                         judges, progress))
+                         judges, progress, deadline_s))
 
 
 def describe(result: ScoreResult) -> str:

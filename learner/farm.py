@@ -93,7 +93,9 @@ class FarmSettings:
     local_sandbox: str = "best"
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # evalfarm ScoreConfig fields
     gpu_model: str = ""  # score every sample on this device model; "" = the first model per task
-    sample_deadline_s: float = 900.0  # the client turns a sample older than this into INFRA_ERROR
+    # A sample's evaluation may run this long from its dispatch; past it the candidate is TIMEOUT
+    # (rewarded as a failure: evalfarm.eval_budget), a daemon that does not answer is INFRA_ERROR.
+    sample_deadline_s: float = 900.0
     max_resubmits: int = 2
     start_timeout_s: float = 120.0
 

@@ -64,7 +64,7 @@ def test_an_honest_candidate_is_ok_with_blocks_on_and_off(task, data_dir, build_
         assert t.blocks is None, t
     ph = r.evidence.phases_s
     assert 0 < ph["rounds_calls"] <= ph["rounds_exchange"], ph
-    assert 0 < ph["rounds_poison"] <= ph["rounds_prepare"], ph
+    assert 0 <= ph["rounds_poison"] <= ph["rounds_prepare"], ph  # poisoning is off on a CPU by default
 
 
 @pytest.mark.parametrize("blocks", [True, False])

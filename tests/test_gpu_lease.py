@@ -1,5 +1,5 @@
 """The host-wide GPU lease (evalfarm.judge.gpu_lease) and the wall budget that stops while a judge
-waits for it (evalfarm.scoring.WallBudget). Processes, not threads, hold the leases here, as
+waits for it (evalfarm.eval_budget.WallBudget). Processes, not threads, hold the leases here, as
 judges do; the GPU itself is not needed (a lease is a lock on a file named by the GPU's id)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 import pytest
 
 from evalfarm.config import ConfigError, ScoreConfig
+from evalfarm.eval_budget import WallBudget
 from evalfarm.judge import gpu_lease
-from evalfarm.scoring import WallBudget
 
 GPU = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
 

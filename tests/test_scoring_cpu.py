@@ -47,7 +47,9 @@ def test_identical_candidate_is_ok_near_one(task, data_dir, build_pool):
     # and go-to-result (with the timed call inside it). No quiet-GPU wait on a CPU.
     split = ph["rounds_prepare"] + ph["rounds_write"] + ph["rounds_go"]
     assert 0 < split <= ph["rounds_exchange"] + 0.01, ph
-    assert 0 < ph["rounds_poison"] <= ph["rounds_prepare"] and ph["rounds_write"] > 0, ph
+    # Poisoning is off on a CPU by default (EVALFARM_WORKER_POISON=auto): its figure is the empty
+    # step's time, which the evidence's rounding may make 0.
+    assert 0 <= ph["rounds_poison"] <= ph["rounds_prepare"] and ph["rounds_write"] > 0, ph
     assert ph["rounds_calls"] <= ph["rounds_go"] and ph["rounds_quiet"] == 0, ph
     # And the judge's set-up, split into its steps, which add up to it.
     steps = ("setup_device", "setup_task", "setup_reference", "setup_lint", "setup_roofline", "setup_precision",

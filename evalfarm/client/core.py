@@ -7,12 +7,13 @@
   next job.
 - Every submitted sample id gets exactly one final SampleResult: INFRA_ERROR results and
   lost connections are retried on another daemon (up to `max_attempts`), a daemon that
-  dies has everything in flight re-dispatched, and a per-sample deadline turns into an
-  INFRA_ERROR "deadline exceeded" result, never a hang.
+  dies has everything in flight re-dispatched, and nothing hangs: an evaluation that runs past
+  its deadline is TIMEOUT (a verdict, the candidate's slowness: evalfarm.eval_budget), and a
+  call the daemon does not answer in time is an INFRA_ERROR "deadline exceeded" result.
 - Deadlines count from dispatch, not from submission: a sample waiting in this client's
   queue (all daemons busy) or in a daemon's queue does not burn its `deadline_s`. Each
   dispatch sends `deadline_s` to the daemon, which counts it from when a slot starts the
-  evaluation; the call itself is bounded by `deadline_s + queue_wait_s + rpc_overhead_s`
+  evaluation; the call itself is bounded by `deadline_s + queue_wait_s + grace + rpc_overhead_s`
   from when it is sent (`queue_wait_s`: how long it may wait in the daemon's queue; by
   default `(1 + queue_allowance) * deadline_s`). A sample that waits here while no daemon
   it could go to is reachable fails after `deadline_s` of that ("no daemon available").
@@ -56,6 +57,7 @@ from evalfarm.client.channel import TlsConfig, auth_metadata, make_channel
 from evalfarm.client.discovery import Discovery, Resolver
 from evalfarm.client.wire import options_to_pb, result_from_pb
 from evalfarm.config import ScoreConfig
+from evalfarm.eval_budget import DEADLINE_GRACE_S
 from evalfarm.result import ScoreResult
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
@@ -508,11 +510,12 @@ class AsyncFarmClient:
 
     # -- dispatch ------------------------------------------------------------------------
     def call_limit_s(self, deadline_s: float) -> float:
-        """How long one dispatched call may take: its deadline, the daemon's queue, the wire."""
+        """How long one dispatched call may take: its deadline, the daemon's queue, the grace a
+        daemon gives an evaluation past its deadline to report its TIMEOUT, the wire."""
         ahead = max((ep.build_workers for ep in self._endpoints), default=0)
         queue_wait = (self.queue_wait_s if self.queue_wait_s is not None
                       else (1 + self.queue_allowance + ahead) * deadline_s)
-        return deadline_s + queue_wait + self.rpc_overhead_s
+        return deadline_s + queue_wait + DEADLINE_GRACE_S + self.rpc_overhead_s
 
     def result_limit_s(self, deadline_s: float) -> float:
         """A bound on one sample's result once it is dispatched: every attempt of the first

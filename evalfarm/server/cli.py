@@ -116,7 +116,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--max-source-bytes", type=int,
                    help="largest candidate or task source accepted; a larger one is refused (INVALID_ARGUMENT)")
     p.add_argument("--drain-timeout", type=float, help="seconds to finish work on SIGTERM before cancelling it")
-    p.add_argument("--max-eval-seconds", type=float, help="hard limit per evaluation")
+    p.add_argument("--max-eval-seconds", type=float,
+                   help="the longest one evaluation may run from its slot: the deadline of a request that gives "
+                        "none, and the cap of a longer one; past it the candidate is TIMEOUT")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
     p.add_argument("--log-format", choices=FORMATS, help="logfmt or json; UTC timestamps")
     p.add_argument("--fault-threshold", type=int,

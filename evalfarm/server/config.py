@@ -7,6 +7,7 @@ import ipaddress
 import socket
 from pathlib import Path
 
+from evalfarm.eval_budget import DEADLINE_GRACE_S
 from evalfarm.server.slot_health import HealthPolicy
 
 DEFAULT_MAX_SOURCE_BYTES = 1 << 20
@@ -42,7 +43,11 @@ class ServerConfig:
     standby_hold: bool = True
     max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
     drain_timeout_s: float = 60.0
-    max_eval_s: float = 1800.0  # hard bound on one evaluation, on top of the scorer's own timeouts
+    # The longest one evaluation may take: its deadline when the request gives none (a longer
+    # deadline_s is cut to it); running past it is TIMEOUT (evalfarm.eval_budget).
+    max_eval_s: float = 1800.0
+    # How long past an evaluation's deadline the daemon waits for its TIMEOUT before calling it stuck.
+    deadline_grace_s: float = DEADLINE_GRACE_S
     host_label: str = dataclasses.field(default_factory=socket.gethostname)
     fault_threshold: int = 3  # faults in a row that take a slot out of service (0: never)
     probe_interval_s: float = 60.0  # first retry of a failed known-good probe

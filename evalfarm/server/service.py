@@ -1,8 +1,11 @@
 """The EvalFarm servicer: validation, result cache, admission, evaluation, drain.
 
-Deadlines: a request's `deadline_s` counts from when a slot starts its evaluation, so time
-spent in the daemon's queue never burns it; the gRPC deadline of the call (or stream), if
-any, bounds queue wait and evaluation together. Re-verification requests
+Deadlines (the rule: evalfarm.eval_budget): a request's `deadline_s` counts from when a slot
+starts its evaluation, so time spent in the daemon's queue never burns it; it is the
+evaluation's own deadline (the daemon's `max_eval_s` when it gives none or a longer one), and
+an evaluation that runs past it ends as TIMEOUT, as a local score would. Only an evaluation that
+has not reported `deadline_grace_s` after its deadline is INFRA_ERROR ("deadline exceeded"). The
+gRPC deadline of the call (or stream), if any, bounds queue wait and evaluation together. Re-verification requests
 (`ScoreRequest.reverification`) take the next free slot, ahead of queued ordinary work.
 Slots that keep faulting are taken out of service and probed back in (evalfarm.server.slot_health).
 """
@@ -21,6 +24,7 @@ import grpc
 
 from evalfarm.client.wire import DRAINING_DETAIL, error_sample, result_to_pb
 from evalfarm.config import ScoreConfig
+from evalfarm.eval_budget import evaluation_deadline_s, stuck_detail
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import build_ahead
 from evalfarm.server.cache import ResultCache, cache_key
@@ -55,15 +59,16 @@ class Evaluation(Protocol):
     def done(self) -> bool: ...
 
 
-Backend = Callable[[Task, Candidate, ScoreConfig, Any], Evaluation]
+# (task, candidate, config, build pool, deadline_s): deadline_s bounds the evaluation from its start.
+Backend = Callable[[Task, Candidate, ScoreConfig, Any, float], Evaluation]
 
 
 def default_backend(judges: Any = None) -> Backend:
     """Evaluations by ``evalfarm.scoring``, with judges from ``judges`` (a WarmJudges) when given."""
     from evalfarm.scoring import start  # imported lazily: the daemon must not touch CUDA
 
-    def run(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: Any) -> Evaluation:
-        return start(task, candidate, config, build_pool=build_pool, judges=judges)
+    def run(task: Task, candidate: Candidate, config: ScoreConfig, build_pool: Any, deadline_s: float) -> Evaluation:
+        return start(task, candidate, config, build_pool=build_pool, judges=judges, deadline_s=deadline_s)
 
     return run
 
@@ -317,21 +322,25 @@ class FarmService(pb_grpc.EvalFarmServicer):
 
         queue_s = time.monotonic() - t0
         t_slot = time.monotonic()
-        if prep.deadline_s > 0:  # the evaluation's own deadline starts now, with its slot
-            own = loop.time() + prep.deadline_s
-            deadline = own if deadline is None else min(deadline, own)
+        # The evaluation's own deadline starts now, with its slot; past it (and the grace for
+        # reporting its TIMEOUT) it is stuck: the daemon's fault (evalfarm.eval_budget).
+        own_s = evaluation_deadline_s(prep.deadline_s, self.config.max_eval_s)
+        stuck_at = loop.time() + own_s + self.config.deadline_grace_s
+        limit = stuck_at if deadline is None else min(deadline, stuck_at)
         config = prep.config.replace(device=self.config.devices[slot])
-        start = loop.run_in_executor(self._executor, self._start_on_slot, slot, prep.task, prep.candidate, config)
+        start = loop.run_in_executor(self._executor, self._start_on_slot, slot, prep.task, prep.candidate, config,
+                                     own_s)
         handed_off = False
         try:
-            outcome = await self._race(start, deadline)
+            outcome = await self._race(start, limit)
             if outcome == "done" and start.exception() is not None:
                 err = start.exception()
                 log.error("event=start_failed sample_id=%s error=%r", prep.sample_id, err)
                 result = self._infra(prep, f"scoring could not start: {err!r}")
             elif outcome == "done":
                 result, handed_off = await self._wait_result(
-                    prep, start.result(), deadline, loop, slot, t_slot
+                    prep, start.result(), limit, stuck_detail(own_s, self.config.deadline_grace_s)
+                    if limit == stuck_at else "deadline exceeded", loop, slot, t_slot
                 )
             else:
                 handed_off = True
@@ -368,10 +377,11 @@ class FarmService(pb_grpc.EvalFarmServicer):
 
         self._spawn(run())
 
-    def _start_on_slot(self, slot: int, task: Task, candidate: Candidate, config: ScoreConfig) -> Evaluation:
+    def _start_on_slot(self, slot: int, task: Task, candidate: Candidate, config: ScoreConfig,
+                       deadline_s: float) -> Evaluation:
         if self._faults is not None and self._faults.faulty(slot):
             return _Finished(FaultInjector.result(task, candidate, slot))
-        return self._backend(task, candidate, config, self._build_pool)
+        return self._backend(task, candidate, config, self._build_pool, deadline_s)
 
     async def _check_slot(self, slot: int, result: ScoreResult) -> ScoreResult:
         """Count the slot's faults; the one that takes it out waits for the first probe."""
@@ -415,14 +425,14 @@ class FarmService(pb_grpc.EvalFarmServicer):
         self,
         prep: Prepared,
         ev: Evaluation,
-        deadline: float | None,
+        limit: float,
+        late_detail: str,
         loop: asyncio.AbstractEventLoop,
         slot: int,
         t_slot: float,
     ) -> tuple[ScoreResult, bool]:
-        """(result, handed_off): handed_off when it was cancelled and cleanup now owns the slot."""
-        hard = loop.time() + self.config.max_eval_s
-        limit = hard if deadline is None else min(deadline, hard)
+        """(result, handed_off): handed_off when it was cancelled and cleanup now owns the slot.
+        ``limit`` (loop time) is when the daemon stops waiting; ``late_detail`` says why then."""
         waiter = loop.run_in_executor(self._executor, ev.result, max(0.0, limit - loop.time()) + 5.0)
         ev_future: asyncio.Future[Any] = loop.create_future()
         ev_future.set_result(ev)
@@ -431,20 +441,13 @@ class FarmService(pb_grpc.EvalFarmServicer):
             try:
                 return waiter.result(), False
             except TimeoutError:
-                detail = f"evaluation exceeded the daemon's limit of {self.config.max_eval_s:.0f}s"
                 self._spawn(self._cancel_then_release(ev_future, slot, t_slot))
-                return self._infra(prep, detail), True
+                return self._infra(prep, late_detail), True
             except Exception as err:  # noqa: BLE001 - the scorer itself failed
                 log.exception("event=scoring_failed sample_id=%s", prep.sample_id)
                 return self._infra(prep, f"scoring failed: {err!r}"), False
         self._spawn(self._cancel_then_release(ev_future, slot, t_slot))
-        if outcome == "drain":
-            detail = "daemon draining"
-        elif deadline is not None and limit == deadline:
-            detail = "deadline exceeded"
-        else:
-            detail = f"evaluation exceeded the daemon's limit of {self.config.max_eval_s:.0f}s"
-        return self._infra(prep, detail), True
+        return self._infra(prep, "daemon draining" if outcome == "drain" else late_detail), True
 
     def _infra(self, prep: Prepared, detail: str) -> ScoreResult:
         return ScoreResult.failure(

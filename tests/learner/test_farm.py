@@ -27,9 +27,9 @@ class FlakyBackend(FakeBackend):
         super().__init__()
         self.infra_first = infra_first
 
-    def __call__(self, task, candidate, config, build_pool):  # noqa: ANN001, ANN204
+    def __call__(self, task, candidate, config, build_pool, deadline_s=None):  # noqa: ANN001, ANN204
         self.force_verdict = "INFRA_ERROR" if self.started < self.infra_first else None
-        return super().__call__(task, candidate, config, build_pool)
+        return super().__call__(task, candidate, config, build_pool, deadline_s)
 
 
 def _farm(d: DaemonThread, tmp_path: Path, **kw) -> Farm:  # noqa: ANN003

@@ -52,10 +52,12 @@ def fake_source(verdict: str = "OK", speedup: float | None = 2.0, sleep: float =
 
 
 class FakeEvaluation:
-    """Finishes after `sleep` seconds (on a timer thread) with the verdict in the source."""
+    """Finishes after `sleep` seconds (on a timer thread) with the verdict in the source; as a real
+    evaluation does (evalfarm.eval_budget), TIMEOUT at its deadline when that comes first, unless
+    ``stuck`` (an evaluation that hangs in the farm and never reports)."""
 
     def __init__(self, task: Task, candidate: Candidate, config: ScoreConfig, speedups: dict[str, float],
-                 force_verdict: str | None = None) -> None:
+                 force_verdict: str | None = None, deadline_s: float | None = None, stuck: bool = False) -> None:
         m = re.search(r"# fake: verdict=(\w+) speedup=(\S+) sleep=(\S+)", candidate.source)
         verdict, speedup, sleep = (m.group(1), m.group(2), float(m.group(3))) if m else ("OK", "1.5", 0.0)
         verdict = force_verdict or verdict
@@ -71,6 +73,10 @@ class FakeEvaluation:
             evidence=Evidence(device=config.device, device_name="fake", phases_s={"load": 0.01, "timing": sleep}),
             task=task.name, candidate_sha256=candidate.sha256,
         )
+        if deadline_s and sleep > deadline_s and not stuck:
+            sleep = deadline_s
+            self._result = ScoreResult.failure(Verdict.TIMEOUT, f"fake: ran past the deadline of {deadline_s:g} s",
+                                               task=task.name, candidate_sha256=candidate.sha256)
         self._timer = threading.Timer(sleep, self._event.set)
         self._timer.daemon = True
         self._timer.start()
@@ -98,9 +104,11 @@ class FakeBackend:
     started: int = 0
     evaluations: list[FakeEvaluation] = dataclasses.field(default_factory=list)
     force_verdict: str | None = None
+    stuck: bool = False  # evaluations ignore their deadline (hung in the farm)
 
-    def __call__(self, task: Task, candidate: Candidate, config: ScoreConfig, build_pool: Any) -> FakeEvaluation:
-        ev = FakeEvaluation(task, candidate, config, self.speedups, self.force_verdict)
+    def __call__(self, task: Task, candidate: Candidate, config: ScoreConfig, build_pool: Any,
+                 deadline_s: float | None = None) -> FakeEvaluation:
+        ev = FakeEvaluation(task, candidate, config, self.speedups, self.force_verdict, deadline_s, self.stuck)
         self.evaluations.append(ev)
         self.started += 1  # counted after the append: a test that sees started == n may read evaluations[n - 1]
         return ev

@@ -79,14 +79,26 @@ def test_no_client_reverify_leaves_the_daemon_rule_alone(daemon_factory) -> None
     assert [ev.config.reverify_above for ev in a.backend.evaluations] == [3.0, 5.0]
 
 
-def test_deadline_gives_infra_error_not_hang(daemon_factory) -> None:
+def test_a_candidate_past_its_deadline_is_timeout_not_a_hang(daemon_factory) -> None:
     a = daemon_factory()
     with FarmClient([a.target], poll_interval_s=0.2) as farm:
         t0 = time.monotonic()
         res = farm.score("L1/1", fake_source(sleep=60, salt="slow"), deadline_s=0.8)
         elapsed = time.monotonic() - t0
-    assert res.verdict is Verdict.INFRA_ERROR and "deadline exceeded" in res.result.detail
+    # The candidate's slowness: a verdict (reward of a failure), not a dropped INFRA_ERROR.
+    assert res.verdict is Verdict.TIMEOUT, res.result.detail
     assert elapsed < 15.0, elapsed  # the deadline, not the candidate's 60 s (room for a loaded machine)
+    assert a.backend.started == 1  # a verdict: not retried
+
+
+def test_an_evaluation_stuck_in_the_farm_is_infra_error_not_a_hang(daemon_factory) -> None:
+    a = daemon_factory(backend=FakeBackend(stuck=True), deadline_grace_s=0.5)
+    with FarmClient([a.target], poll_interval_s=0.2) as farm:
+        t0 = time.monotonic()
+        res = farm.score("L1/1", fake_source(sleep=60, salt="slow"), deadline_s=0.8)
+        elapsed = time.monotonic() - t0
+    assert res.verdict is Verdict.INFRA_ERROR and res.result.detail.startswith("deadline exceeded")
+    assert elapsed < 15.0, elapsed
     assert _wait(lambda: a.backend.evaluations[0].cancelled, 5)
 
 

@@ -31,8 +31,8 @@ class ScriptedBackend(FakeBackend):
         super().__init__()
         self.results = results
 
-    def __call__(self, task, candidate, config, build_pool):  # noqa: ANN001, ANN204
-        ev = super().__call__(task, candidate, config, build_pool)
+    def __call__(self, task, candidate, config, build_pool, deadline_s=None):  # noqa: ANN001, ANN204
+        ev = super().__call__(task, candidate, config, build_pool, deadline_s)
         scripted = copy.deepcopy(self.results[min(self.started, len(self.results)) - 1])
         scripted.task, scripted.candidate_sha256 = task.name, candidate.sha256
         ev._result = scripted

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from evalfarm.cli import main
 from evalfarm.server.cli import listening_line, listening_port
+from tests.sandbox_under_test import DAEMON_ARGS
 from tests.service.conftest import REPO, fake_source, kill_tree, request
 
 TASK = "L1/2"
@@ -84,7 +85,8 @@ def test_the_listening_line_round_trips_with_and_without_the_extra_ports():
 def test_serve_names_its_metrics_and_health_ports_when_it_listens(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "evalfarm", "serve", "--device", "cpu", "--port", "0",
-                             "--metrics-port", "0", "--health-port", "0", "--cache-dir", str(tmp_path / "cache")],
+                             "--metrics-port", "0", "--health-port", "0", "--cache-dir", str(tmp_path / "cache"),
+                             *DAEMON_ARGS],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             start_new_session=True)
     try:

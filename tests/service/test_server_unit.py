@@ -162,8 +162,9 @@ def test_stream_out_of_order_and_per_item_errors(daemon_factory) -> None:
     assert "sample_id is required" in by_id[""].error.message
     order = [o.sample_id for o in out if o.sample_id in sleeps]
     assert order == ["fast", "mid", "slow"]
-    assert by_id["deadline"].verdict == pb.VERDICT_INFRA_ERROR
-    assert "deadline exceeded" in by_id["deadline"].detail
+    # It ran past its own deadline: the candidate's slowness, a verdict (evalfarm.eval_budget).
+    assert by_id["deadline"].verdict == pb.VERDICT_TIMEOUT
+    assert "deadline" in by_id["deadline"].detail
 
 
 def test_stream_queue_full_is_per_item(daemon_factory) -> None:
@@ -319,12 +320,29 @@ def test_request_deadline_counts_from_its_slot_not_the_queue(daemon_factory) -> 
         # would have been cut), yet it was judged: its deadline started when its slot did
         assert replies[2].phases.queue_s > 0.6
         assert replies[2].phases.total_s > 1.0
-        # while an evaluation that runs past its own deadline is still cancelled
+        # while an evaluation that runs past its own deadline ends there, as TIMEOUT: the verdict a
+        # local score with the same deadline gives (evalfarm.eval_budget)
         late = request(fake_source(sleep=30, salt="late"), "late")
         late.deadline_s = 0.5
+        t0 = time.monotonic()
         reply = stub.Score(late, timeout=20)
-    assert reply.verdict == pb.VERDICT_INFRA_ERROR and reply.detail == "deadline exceeded"
+    assert reply.verdict == pb.VERDICT_TIMEOUT, reply.detail
+    assert time.monotonic() - t0 < 15  # the deadline, not the candidate's 30 s (room for a loaded machine)
+
+
+def test_an_evaluation_stuck_past_its_deadline_and_grace_is_the_farms_fault(daemon_factory) -> None:
+    # An evaluation that does not report its TIMEOUT within the grace is hung in the farm: INFRA_ERROR
+    # (final at the client), and the daemon cancels it and frees its slot.
+    d = daemon_factory(backend=FakeBackend(stuck=True), deadline_grace_s=0.5)
+    ch, stub = d.stub()
+    late = request(fake_source(sleep=30, salt="stuck"), "stuck")
+    late.deadline_s = 0.5
+    with ch:
+        reply = stub.Score(late, timeout=20)
+    assert reply.verdict == pb.VERDICT_INFRA_ERROR and reply.detail.startswith("deadline exceeded"), reply.detail
+    assert "farm's fault" in reply.detail
     assert wait_until(lambda: d.backend.evaluations[-1].cancelled, 5)
+    assert wait_until(lambda: d.daemon.service.slots.free == 1, 5)
 
 
 class RecordingPool:
