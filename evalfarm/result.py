@@ -6,6 +6,8 @@ import dataclasses
 import json
 from typing import Any
 
+from evalfarm.infra_cause import InfraCause
+from evalfarm.infra_cause import parse as parse_cause
 from evalfarm.verdict import Verdict
 
 
@@ -132,6 +134,18 @@ class ScoreResult:
     evidence: Evidence = dataclasses.field(default_factory=Evidence)
     task: str = ""
     candidate_sha256: str = ""
+    # For an INFRA_ERROR, why (evalfarm.infra_cause: other, deadline, draining, task_too_large),
+    # which decides the client's retry and the slot's blame; "" for any other verdict.
+    infra_cause: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict is Verdict.INFRA_ERROR and not self.infra_cause:
+            self.infra_cause = InfraCause.OTHER.value
+
+    @property
+    def cause(self) -> InfraCause | None:
+        """The INFRA_ERROR's cause (None for any other verdict)."""
+        return parse_cause(self.infra_cause) if self.verdict is Verdict.INFRA_ERROR else None
 
     @property
     def ok(self) -> bool:
@@ -160,6 +174,7 @@ class ScoreResult:
             evidence=evidence,
             task=data.get("task", ""),
             candidate_sha256=data.get("candidate_sha256", ""),
+            infra_cause=str(data.get("infra_cause") or ""),
         )
 
     @classmethod

@@ -58,6 +58,7 @@ from evalfarm.client.discovery import Discovery, Resolver
 from evalfarm.client.wire import options_to_pb, result_from_pb
 from evalfarm.config import ScoreConfig
 from evalfarm.eval_budget import DEADLINE_GRACE_S
+from evalfarm.infra_cause import InfraCause
 from evalfarm.result import ScoreResult
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
@@ -68,9 +69,6 @@ log = logging.getLogger(__name__)
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
                        grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED})
 
-
-# INFRA_ERROR details that a retry would only repeat.
-FINAL_INFRA_PREFIXES = ("deadline exceeded", "task_too_large")
 
 
 @dataclasses.dataclass
@@ -628,7 +626,7 @@ class AsyncFarmClient:
             elif now - job.unavailable_since >= job.deadline_s:
                 self.stats["deadline_exceeded"] += 1
                 self._deliver(job, self._infra_result(
-                    job, f"deadline exceeded: no daemon available for {job.deadline_s:g}s"))
+                    job, f"deadline exceeded: no daemon available for {job.deadline_s:g}s", InfraCause.DEADLINE))
 
     def _requeue(self, job: _Job, why: str) -> None:
         job.last_error = why
@@ -666,10 +664,10 @@ class AsyncFarmClient:
             if res.result.verdict is Verdict.INFRA_ERROR:
                 self.stats["infra_errors"] += 1
                 log.info("event=infra_error endpoint=%s detail=%r", ep.target, res.result.detail)
-                # A deadline that passed on the daemon is final, and so is a task too large for the
-                # device (evalfarm.judge.memory_plan): the same answer would come back. Other farm
-                # faults are retried.
-                if job.attempts < self.max_attempts and not res.result.detail.startswith(FINAL_INFRA_PREFIXES):
+                # The cause decides (evalfarm.infra_cause): a deadline that passed on the daemon, or
+                # a task too large for the device, would come back the same; other faults are retried.
+                cause = res.result.cause
+                if job.attempts < self.max_attempts and cause is not None and cause.retried:
                     self._requeue(job, res.result.detail)
                     return
             self._completed_job(job, res)
@@ -693,7 +691,7 @@ class AsyncFarmClient:
             ep.up = False  # until a Capacity poll succeeds again
             self._requeue(job, f"{ep.target}: {code.name}: {err.details()}")
         elif code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            self._deliver(job, self._infra_result(job, "deadline exceeded"))
+            self._deliver(job, self._infra_result(job, "deadline exceeded", InfraCause.DEADLINE))
         else:  # INVALID_ARGUMENT, UNAUTHENTICATED, ...: the request itself is wrong
             self._deliver(
                 job,
@@ -704,7 +702,7 @@ class AsyncFarmClient:
     def _expire(self, job: _Job) -> None:
         if not job.finished:
             self.stats["deadline_exceeded"] += 1
-            self._deliver(job, self._infra_result(job, "deadline exceeded"))
+            self._deliver(job, self._infra_result(job, "deadline exceeded", InfraCause.DEADLINE))
 
     # -- re-verification -----------------------------------------------------------------
     def _completed_job(self, job: _Job, res: SampleResult) -> None:
@@ -748,9 +746,9 @@ class AsyncFarmClient:
         return dataclasses.replace(base, result=merged, cached=False)
 
     # -- delivery ------------------------------------------------------------------------
-    def _infra_result(self, job: _Job, detail: str) -> SampleResult:
-        return SampleResult("", ScoreResult.failure(Verdict.INFRA_ERROR, detail, task=job.task_key),
-                            attempts=job.attempts)
+    def _infra_result(self, job: _Job, detail: str, cause: InfraCause = InfraCause.OTHER) -> SampleResult:
+        return SampleResult("", ScoreResult.failure(Verdict.INFRA_ERROR, detail, task=job.task_key,
+                                                    infra_cause=cause), attempts=job.attempts)
 
     def _deliver(self, job: _Job, res: SampleResult) -> None:
         """The one final result for every sample id of the job."""

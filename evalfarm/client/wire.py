@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from evalfarm.config import ConfigError, ScoreConfig
+from evalfarm.infra_cause import InfraCause
 from evalfarm.result import ScoreResult
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.verdict import Verdict
@@ -24,6 +25,8 @@ OPTION_FIELDS: tuple[str, ...] = tuple(
 
 _VERDICT_TO_PB = {v: pb.Verdict.Value(f"VERDICT_{v.value}") for v in Verdict}
 _PB_TO_VERDICT = {n: v for v, n in _VERDICT_TO_PB.items()}
+_CAUSE_TO_PB = {c: pb.InfraCause.Value(f"INFRA_CAUSE_{c.name}") for c in InfraCause}
+_PB_TO_CAUSE = {n: c for c, n in _CAUSE_TO_PB.items()}
 
 # What a draining daemon answers a new request with (UNAVAILABLE): the daemon writes it, a client
 # reads it to say "draining", not "cannot reach".
@@ -145,6 +148,7 @@ def result_to_pb(
         tags=tags or {},
         gpu_uuid=gpu_uuid,
         slot=-1 if slot is None else slot,
+        infra_cause=_CAUSE_TO_PB[result.cause] if result.cause is not None else pb.INFRA_CAUSE_UNSPECIFIED,
     )
     if result.speedup is not None:
         out.speedup = float(result.speedup)
@@ -167,9 +171,13 @@ def result_from_pb(msg: pb.ScoredSample) -> ScoreResult:
     """The full ScoreResult (from evidence_json when present; else from the structured fields)."""
     if msg.evidence_json:
         try:
-            return ScoreResult.from_dict(json.loads(msg.evidence_json))
+            result = ScoreResult.from_dict(json.loads(msg.evidence_json))
         except (ValueError, TypeError, KeyError):
             pass  # fall back to the structured fields
+        else:
+            if result.verdict is Verdict.INFRA_ERROR and msg.infra_cause in _PB_TO_CAUSE:
+                result.infra_cause = _PB_TO_CAUSE[msg.infra_cause].value  # the wire's field decides
+            return result
     verdict = verdict_from_pb(msg.verdict) or Verdict.INFRA_ERROR
     result = ScoreResult(
         verdict=verdict,
@@ -177,6 +185,7 @@ def result_from_pb(msg: pb.ScoredSample) -> ScoreResult:
         detail=msg.detail,
         task=msg.task,
         candidate_sha256=msg.candidate_sha256,
+        infra_cause=_PB_TO_CAUSE.get(msg.infra_cause, InfraCause.OTHER).value if verdict is Verdict.INFRA_ERROR else "",
     )
     result.evidence.device = msg.evidence.device
     result.evidence.device_name = msg.evidence.device_name

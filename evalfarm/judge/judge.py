@@ -78,6 +78,7 @@ from evalfarm import bubblewrap, lifetime, sandbox
 from evalfarm.compare import Comparison, compare_outputs, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak, nvml_clock_reader, nvml_clocks
+from evalfarm.infra_cause import InfraCause
 from evalfarm.judge import diagnose, extension_facts, gpu_lease, precision, roofline, wire
 from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.audits import AuditSchedule
@@ -244,10 +245,11 @@ class RoundsHold:
 class Verdicted(Exception):
     """Ends an evaluation early with a verdict."""
 
-    def __init__(self, verdict: Verdict, detail: str) -> None:
+    def __init__(self, verdict: Verdict, detail: str, cause: InfraCause = InfraCause.OTHER) -> None:
         super().__init__(detail)
         self.verdict = verdict
         self.detail = detail
+        self.cause = cause  # an INFRA_ERROR's cause (evalfarm.infra_cause)
 
 
 @dataclasses.dataclass
@@ -576,7 +578,7 @@ class Judge:
         except Verdicted as v:
             if self.diagnostics.profile_dir:
                 self.evidence.diagnostics["profile"] = {"note": f"not profiled: the verdict is {v.verdict.value}"}
-            result = self._result(v.verdict, None, v.detail)
+            result = self._result(v.verdict, None, v.detail, v.cause)
         finally:
             t_end = time.monotonic()
             self._resume_all()
@@ -680,10 +682,11 @@ class Judge:
             raise
         except TaskTooLarge as err:
             self.evidence.memory = self.memory.evidence()
-            raise Verdicted(Verdict.INFRA_ERROR, str(err)) from None
+            raise Verdicted(Verdict.INFRA_ERROR, str(err), InfraCause.TASK_TOO_LARGE) from None
         except torch.cuda.OutOfMemoryError as err:
             raise Verdicted(Verdict.INFRA_ERROR, out_of_memory_reason(
-                err, self.device, self.memory.footprint, "while the judge ran the reference")) from None
+                err, self.device, self.memory.footprint, "while the judge ran the reference"),
+                InfraCause.TASK_TOO_LARGE) from None
         except Exception:  # noqa: BLE001 - the task itself is broken: not the candidate's fault
             raise Verdicted(Verdict.INFRA_ERROR, "the task failed to run:\n" + traceback.format_exc()[-4000:]) from None
         if self.degenerate:
@@ -723,10 +726,11 @@ class Judge:
                 for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))
             }
         except TaskTooLarge as err:
-            raise Verdicted(Verdict.INFRA_ERROR, str(err)) from None
+            raise Verdicted(Verdict.INFRA_ERROR, str(err), InfraCause.TASK_TOO_LARGE) from None
         except torch.cuda.OutOfMemoryError as err:
             raise Verdicted(Verdict.INFRA_ERROR, out_of_memory_reason(
-                err, self.device, self.memory.footprint, "while the judge allocated the input/output arenas")) from None
+                err, self.device, self.memory.footprint, "while the judge allocated the input/output arenas"),
+                InfraCause.TASK_TOO_LARGE) from None
         finally:
             self.evidence.memory = self.memory.evidence()
         arenas.extend(self.arenas.values())
@@ -1799,7 +1803,8 @@ class Judge:
     def _raise_worker_error(self, msg: dict[str, Any], worker: WorkerHandle) -> None:
         raise Verdicted(*worker_error_verdict(msg, worker.role))
 
-    def _result(self, verdict: Verdict, speedup: float | None, detail: str) -> ScoreResult:
+    def _result(self, verdict: Verdict, speedup: float | None, detail: str,
+                cause: InfraCause = InfraCause.OTHER) -> ScoreResult:
         self.evidence.phases_s.update(self.phases)
         if any(self.round_phases.values()):
             self.evidence.phases_s.update({k: round(v, 4) for k, v in self.round_phases.items()})
@@ -1808,7 +1813,8 @@ class Judge:
         self.evidence.clocks = _clocks(self.device)
         self.evidence.phases_s["clocks"] = round(time.monotonic() - t_clocks, 4)
         return ScoreResult(verdict=verdict, speedup=speedup if verdict is Verdict.OK else None,
-                           detail=detail, evidence=self.evidence, task=self.task.name)
+                           detail=detail, evidence=self.evidence, task=self.task.name,
+                           infra_cause=cause if verdict is Verdict.INFRA_ERROR else "")
 
 
 def clock_behind_events(pairs: list[tuple[int, float]]) -> str:

@@ -25,6 +25,7 @@ import grpc
 from evalfarm.client.wire import DRAINING_DETAIL, error_sample, result_to_pb
 from evalfarm.config import ScoreConfig
 from evalfarm.eval_budget import evaluation_deadline_s, stuck_detail
+from evalfarm.infra_cause import InfraCause
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import build_ahead
 from evalfarm.server.cache import ResultCache, cache_key
@@ -306,8 +307,9 @@ class FarmService(pb_grpc.EvalFarmServicer):
             raise
         if outcome != "done":
             self._drop_acquire(acquire)
-            detail = "daemon draining" if outcome == "drain" else "deadline exceeded (in queue)"
-            return self._finish(prep, self._infra(prep, detail), None, t0, time.monotonic() - t0)
+            infra = (self._infra(prep, "daemon draining", InfraCause.DRAINING) if outcome == "drain"
+                     else self._infra(prep, "deadline exceeded (in queue)", InfraCause.DEADLINE))
+            return self._finish(prep, infra, None, t0, time.monotonic() - t0)
         try:
             slot = acquire.result()
         except QueueFull as err:
@@ -345,8 +347,8 @@ class FarmService(pb_grpc.EvalFarmServicer):
             else:
                 handed_off = True
                 self._spawn(self._cancel_then_release(start, slot, t_slot))
-                detail = "daemon draining" if outcome == "drain" else "deadline exceeded"
-                result = self._infra(prep, detail)
+                result = (self._infra(prep, "daemon draining", InfraCause.DRAINING) if outcome == "drain"
+                          else self._infra(prep, "deadline exceeded", InfraCause.DEADLINE))
         except asyncio.CancelledError:
             # Client went away or its deadline passed: kill the processes, then free the slot.
             if not handed_off:
@@ -406,9 +408,10 @@ class FarmService(pb_grpc.EvalFarmServicer):
         kind = "cpu" if self.config.device_mode == "cpu" else "cuda"
         await asyncio.to_thread(task.resolve_profile, PROBE_CONFIG.size_profile, kind)
         config = PROBE_CONFIG.replace(device=self.config.devices[slot])
-        ev = await loop.run_in_executor(self._executor, self._start_on_slot, slot, task, candidate, config)
+        limit_s = self.config.health_policy.probe_timeout_s
+        ev = await loop.run_in_executor(self._executor, self._start_on_slot, slot, task, candidate, config, limit_s)
         try:
-            return await loop.run_in_executor(self._executor, ev.result, self.config.health_policy.probe_timeout_s)
+            return await loop.run_in_executor(self._executor, ev.result, limit_s)
         except asyncio.CancelledError:
             await loop.run_in_executor(self._executor, ev.cancel)
             raise
@@ -442,16 +445,19 @@ class FarmService(pb_grpc.EvalFarmServicer):
                 return waiter.result(), False
             except TimeoutError:
                 self._spawn(self._cancel_then_release(ev_future, slot, t_slot))
-                return self._infra(prep, late_detail), True
+                return self._infra(prep, late_detail, InfraCause.DEADLINE), True
             except Exception as err:  # noqa: BLE001 - the scorer itself failed
                 log.exception("event=scoring_failed sample_id=%s", prep.sample_id)
                 return self._infra(prep, f"scoring failed: {err!r}"), False
         self._spawn(self._cancel_then_release(ev_future, slot, t_slot))
-        return self._infra(prep, "daemon draining" if outcome == "drain" else late_detail), True
+        if outcome == "drain":
+            return self._infra(prep, "daemon draining", InfraCause.DRAINING), True
+        return self._infra(prep, late_detail, InfraCause.DEADLINE), True
 
-    def _infra(self, prep: Prepared, detail: str) -> ScoreResult:
+    def _infra(self, prep: Prepared, detail: str, cause: InfraCause = InfraCause.OTHER) -> ScoreResult:
         return ScoreResult.failure(
-            Verdict.INFRA_ERROR, detail, task=prep.task.name, candidate_sha256=prep.candidate.sha256
+            Verdict.INFRA_ERROR, detail, task=prep.task.name, candidate_sha256=prep.candidate.sha256,
+            infra_cause=cause,
         )
 
     def _finish(

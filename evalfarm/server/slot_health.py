@@ -33,7 +33,6 @@ from evalfarm.verdict import Verdict
 log = logging.getLogger(__name__)
 
 FAULT_VERDICTS = frozenset({Verdict.CUDA_FAULT, Verdict.TIMEOUT, Verdict.INFRA_ERROR})
-NOT_THE_SLOTS = ("deadline exceeded", "daemon draining")  # INFRA_ERROR details the slot did not cause
 FAULT_INJECTION_ENV = "EVALFARM_FAULT_INJECTION_FILE"
 PROBE_TASK = "L1/1"
 PROBE_VARIANT = "fast_any_builtin_tanh_gelu.py"
@@ -64,7 +63,8 @@ class SlotState:
 def is_slot_fault(result: ScoreResult) -> bool:
     if result.verdict not in FAULT_VERDICTS:
         return False
-    return not (result.verdict is Verdict.INFRA_ERROR and result.detail.startswith(NOT_THE_SLOTS))
+    cause = result.cause  # an INFRA_ERROR counts only where its cause is the slot's (evalfarm.infra_cause)
+    return cause is None or cause.slots_fault
 
 
 def probe_candidate() -> tuple[Task, Candidate]:

@@ -19,6 +19,14 @@ class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VERDICT_INCORRECT: _ClassVar[Verdict]
     VERDICT_HACK_DETECTED: _ClassVar[Verdict]
     VERDICT_INFRA_ERROR: _ClassVar[Verdict]
+
+class InfraCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INFRA_CAUSE_UNSPECIFIED: _ClassVar[InfraCause]
+    INFRA_CAUSE_OTHER: _ClassVar[InfraCause]
+    INFRA_CAUSE_DEADLINE: _ClassVar[InfraCause]
+    INFRA_CAUSE_DRAINING: _ClassVar[InfraCause]
+    INFRA_CAUSE_TASK_TOO_LARGE: _ClassVar[InfraCause]
 VERDICT_UNSPECIFIED: Verdict
 VERDICT_OK: Verdict
 VERDICT_COMPILE_ERROR: Verdict
@@ -29,6 +37,11 @@ VERDICT_CUDA_FAULT: Verdict
 VERDICT_INCORRECT: Verdict
 VERDICT_HACK_DETECTED: Verdict
 VERDICT_INFRA_ERROR: Verdict
+INFRA_CAUSE_UNSPECIFIED: InfraCause
+INFRA_CAUSE_OTHER: InfraCause
+INFRA_CAUSE_DEADLINE: InfraCause
+INFRA_CAUSE_DRAINING: InfraCause
+INFRA_CAUSE_TASK_TOO_LARGE: InfraCause
 
 class TaskRef(_message.Message):
     __slots__ = ("name", "source", "sha256")
@@ -217,7 +230,7 @@ class ItemError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., code_name: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ScoredSample(_message.Message):
-    __slots__ = ("sample_id", "verdict", "speedup", "detail", "evidence", "evidence_json", "host", "gpu_name", "phases", "task", "candidate_sha256", "tags", "error", "gpu_uuid", "slot")
+    __slots__ = ("sample_id", "verdict", "speedup", "detail", "evidence", "evidence_json", "host", "gpu_name", "phases", "task", "candidate_sha256", "tags", "error", "gpu_uuid", "slot", "infra_cause")
     class TagsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +253,7 @@ class ScoredSample(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     GPU_UUID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
+    INFRA_CAUSE_FIELD_NUMBER: _ClassVar[int]
     sample_id: str
     verdict: Verdict
     speedup: float
@@ -255,7 +269,8 @@ class ScoredSample(_message.Message):
     error: ItemError
     gpu_uuid: str
     slot: int
-    def __init__(self, sample_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., speedup: _Optional[float] = ..., detail: _Optional[str] = ..., evidence: _Optional[_Union[Evidence, _Mapping]] = ..., evidence_json: _Optional[str] = ..., host: _Optional[str] = ..., gpu_name: _Optional[str] = ..., phases: _Optional[_Union[PhaseTimings, _Mapping]] = ..., task: _Optional[str] = ..., candidate_sha256: _Optional[str] = ..., tags: _Optional[_Mapping[str, str]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., slot: _Optional[int] = ...) -> None: ...
+    infra_cause: InfraCause
+    def __init__(self, sample_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., speedup: _Optional[float] = ..., detail: _Optional[str] = ..., evidence: _Optional[_Union[Evidence, _Mapping]] = ..., evidence_json: _Optional[str] = ..., host: _Optional[str] = ..., gpu_name: _Optional[str] = ..., phases: _Optional[_Union[PhaseTimings, _Mapping]] = ..., task: _Optional[str] = ..., candidate_sha256: _Optional[str] = ..., tags: _Optional[_Mapping[str, str]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., slot: _Optional[int] = ..., infra_cause: _Optional[_Union[InfraCause, str]] = ...) -> None: ...
 
 class CapacityRequest(_message.Message):
     __slots__ = ()

@@ -57,7 +57,8 @@ class FakeEvaluation:
     ``stuck`` (an evaluation that hangs in the farm and never reports)."""
 
     def __init__(self, task: Task, candidate: Candidate, config: ScoreConfig, speedups: dict[str, float],
-                 force_verdict: str | None = None, deadline_s: float | None = None, stuck: bool = False) -> None:
+                 force_verdict: str | None = None, deadline_s: float | None = None, stuck: bool = False,
+                 force_detail: str = "", force_cause: str = "") -> None:
         m = re.search(r"# fake: verdict=(\w+) speedup=(\S+) sleep=(\S+)", candidate.source)
         verdict, speedup, sleep = (m.group(1), m.group(2), float(m.group(3))) if m else ("OK", "1.5", 0.0)
         verdict = force_verdict or verdict
@@ -69,9 +70,9 @@ class FakeEvaluation:
         spd = speedups.get(config.device, spd) if spd is not None else None
         self._result = ScoreResult(
             verdict=Verdict(verdict), speedup=spd if verdict == "OK" else None,
-            detail="" if verdict == "OK" else f"fake {verdict}",
+            detail="" if verdict == "OK" else force_detail or f"fake {verdict}",
             evidence=Evidence(device=config.device, device_name="fake", phases_s={"load": 0.01, "timing": sleep}),
-            task=task.name, candidate_sha256=candidate.sha256,
+            task=task.name, candidate_sha256=candidate.sha256, infra_cause=force_cause,
         )
         if deadline_s and sleep > deadline_s and not stuck:
             sleep = deadline_s
@@ -105,10 +106,13 @@ class FakeBackend:
     evaluations: list[FakeEvaluation] = dataclasses.field(default_factory=list)
     force_verdict: str | None = None
     stuck: bool = False  # evaluations ignore their deadline (hung in the farm)
+    force_detail: str = ""  # the detail of a forced non-OK verdict
+    force_cause: str = ""  # the infra_cause of a forced INFRA_ERROR (evalfarm.infra_cause)
 
     def __call__(self, task: Task, candidate: Candidate, config: ScoreConfig, build_pool: Any,
                  deadline_s: float | None = None) -> FakeEvaluation:
-        ev = FakeEvaluation(task, candidate, config, self.speedups, self.force_verdict, deadline_s, self.stuck)
+        ev = FakeEvaluation(task, candidate, config, self.speedups, self.force_verdict, deadline_s, self.stuck,
+                            self.force_detail, self.force_cause)
         self.evaluations.append(ev)
         self.started += 1  # counted after the append: a test that sees started == n may read evaluations[n - 1]
         return ev
