@@ -139,7 +139,10 @@ def run_score(args: argparse.Namespace) -> int:
     if args.server:
         from evalfarm.client.cli import run_remote_score
 
-        return run_remote_score(args)  # exit code 0 for any verdict, 2 when it cannot run
+        verdict = run_remote_score(args)  # None when it cannot run (said on stderr)
+        if verdict is None:
+            return EXIT_USAGE
+        return EXIT_FAIL_ON if verdict.value in fail_on else 0
     from evalfarm import score_options, scoring
     from evalfarm.build import BuildPool
     from evalfarm.interrupt import Interrupted

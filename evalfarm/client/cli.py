@@ -21,6 +21,7 @@ from evalfarm.client.wire import is_draining, options_to_pb, result_from_pb
 from evalfarm.config import ConfigError
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
+from evalfarm.verdict import Verdict
 
 EXIT_TOOL = 2
 DEFAULT_REMOTE_TIMEOUT_S = 1800.0
@@ -138,8 +139,9 @@ def _build_request(args: argparse.Namespace) -> pb.ScoreRequest:
                            candidate=pb.Candidate(source=source, sample_id=cand_path.stem))
 
 
-def run_remote_score(args: argparse.Namespace) -> int:
-    """Score one candidate on a daemon; print like the local `evalfarm score`."""
+def run_remote_score(args: argparse.Namespace) -> Verdict | None:
+    """Score one candidate on a daemon; print like the local `evalfarm score`. The verdict, or
+    None when it could not be scored (the reason printed on stderr)."""
     try:
         request = _build_request(args)
         metadata = auth_metadata(_token_from(args))
@@ -151,7 +153,7 @@ def run_remote_score(args: argparse.Namespace) -> int:
             reply = _score_with_busy_retry(stub, request, metadata, timeout, args.server)
     except ToolError as err:
         print(f"evalfarm: error: {err}", file=sys.stderr)
-        return EXIT_TOOL
+        return None
     result = result_from_pb(reply)
     if args.json:
         out = result.to_dict()
@@ -168,7 +170,7 @@ def run_remote_score(args: argparse.Namespace) -> int:
         cached = " (cached)" if reply.evidence.cached else ""
         gpu = f", {reply.gpu_name}" if reply.gpu_name else ""
         print(f"host:    {reply.host}{gpu}{cached}")
-    return 0
+    return result.verdict
 
 
 def _score_with_busy_retry(

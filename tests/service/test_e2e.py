@@ -56,7 +56,7 @@ def test_library_and_cli_end_to_end(spawn_daemon, tmp_path: Path, capsys) -> Non
     rc = run_remote_score(cli_args(server=d.target, candidate=str(variant_path("L1/1", "fast")),
                                    token_file=str(token_file)))
     out = capsys.readouterr().out.strip().splitlines()
-    assert rc == 0 and len(out) == 1
+    assert rc is Verdict.OK and len(out) == 1
     doc = json.loads(out[0])
     assert doc["verdict"] == "OK" and doc["speedup"] > 0 and doc["host"]
     assert {"verdict", "speedup", "detail", "evidence", "task", "candidate_sha256"} <= set(doc)
@@ -65,19 +65,19 @@ def test_library_and_cli_end_to_end(spawn_daemon, tmp_path: Path, capsys) -> Non
     rc = run_remote_score(cli_args(server=d.target, candidate=str(variant_path("L1/1", "fast")),
                                    token_file=str(token_file), json=False))
     text = capsys.readouterr().out
-    assert rc == 0 and "verdict: OK" in text and "(cached)" in text
+    assert rc is Verdict.OK and "verdict: OK" in text and "(cached)" in text
 
-    # tool errors exit 2 with a message on stderr
+    # tool errors: no verdict (the command exits 2) and a message on stderr
     assert run_remote_score(cli_args(server=d.target, candidate=str(tmp_path / "nope.py"),
-                                     token_file=str(token_file))) == 2
+                                     token_file=str(token_file))) is None
     assert "candidate file not found" in capsys.readouterr().err
-    assert run_remote_score(cli_args(server=d.target, candidate=str(variant_path("L1/1", "fast")))) == 2
+    assert run_remote_score(cli_args(server=d.target, candidate=str(variant_path("L1/1", "fast")))) is None
     assert "refused the token" in capsys.readouterr().err
     assert run_remote_score(cli_args(server=d.target, task="L9/9", token_file=str(token_file),
-                                     candidate=str(variant_path("L1/1", "fast")))) == 2
+                                     candidate=str(variant_path("L1/1", "fast")))) is None
     assert "unknown task" in capsys.readouterr().err
     assert run_remote_score(cli_args(server="127.0.0.1:1", candidate=str(variant_path("L1/1", "fast")),
-                                     timeout=3)) == 2
+                                     timeout=3)) is None
     assert "cannot reach" in capsys.readouterr().err
 
     assert run_status(argparse.Namespace(server=d.target, json=True, token_file=str(token_file))) == 0

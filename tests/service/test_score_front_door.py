@@ -43,6 +43,11 @@ def test_an_empty_file_gets_the_same_verdict_and_exit_code_locally_and_on_a_daem
         got = [json.loads(p.stdout) for p in (local, remote)]
         assert [g["verdict"] for g in got] == ["LOAD_ERROR", "LOAD_ERROR"]
         assert got[0]["detail"] == got[1]["detail"] == "the candidate is empty: it defines no class ModelNew"
+    # --fail-on means the same both ways: the verdict named makes the exit code 1.
+    local = _score("--task", TASK, "--candidate", str(empty), "--json", "--cache-dir", str(tmp_path / "c"),
+                   "--fail-on", "LOAD_ERROR")
+    remote = _score("--task", TASK, "--candidate", str(empty), "--json", "--server", d.target, "--fail-on", "LOAD_ERROR")
+    assert (local.returncode, remote.returncode) == (1, 1), (local.stderr, remote.stderr)
 
 
 def test_a_draining_daemon_is_said_to_be_draining_not_unreachable(daemon_factory, tmp_path, capsys):
