@@ -6,6 +6,8 @@ import dataclasses
 import math
 from typing import Literal
 
+from evalfarm.reverify import REVERIFY_ABOVE
+
 TolerancePolicy = Literal["strict", "kernelbench"]
 
 
@@ -87,7 +89,7 @@ class ScoreConfig:
     # Outlier re-verification: an OK score above this is measured again in a fresh judge and
     # worker (new secret seed) and kept only if the two agree within 10%; else the lower one
     # is returned. 0 disables it.
-    reverify_above: float = 3.0
+    reverify_above: float = REVERIFY_ABOVE
     # Unseen sizes (evalfarm.other_sizes): after an OK verdict, re-check correctness at one other
     # size profile of the task (a second, short correctness-only evaluation) and report it as
     # evidence.other_sizes. Off by default here (it costs a second evaluation per OK candidate);

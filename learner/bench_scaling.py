@@ -254,7 +254,7 @@ def run_big(config_path: str, model_name: str, devices: Sequence[jax.Device], ou
     try:  # RL: tasks_per_step prompts x group_size samples, sampling.batch_size rows per generate
         ref = reference_copy(state.params, jnp.dtype(model_cfg.jnp_compute_dtype).name)
         sampler = Sampler(state.model, mesh=mesh, min_bucket=64,
-                          steps_per_check=int(cfg.sampling.get("steps_per_check", 1)))
+                          steps_per_check=int(cfg.sampling.steps_per_check))
         new = int(cfg.sampling.max_new_tokens)
         p_len = prompt_len or (seq - new)
         prompts, group = int(cfg.rl.tasks_per_step), int(cfg.rl.group_size)

@@ -112,9 +112,9 @@ class FarmSettings:
             local_device=str(cfg.local_device),
             local_slots=int(cfg.local_slots),
             local_cache_dir=str(cfg.local_cache_dir),
-            local_sandbox=str(cfg.get("local_sandbox", "best")),
+            local_sandbox=str(cfg.local_sandbox),
             options=dict(cfg.options),
-            gpu_model=str(cfg.get("gpu_model", "") or ""),
+            gpu_model=str(cfg.gpu_model or ""),
             sample_deadline_s=float(cfg.sample_deadline_s),
             max_resubmits=int(cfg.max_resubmits),
         )

@@ -103,7 +103,7 @@ class PlanInputs:
         return cls(
             data=data, fsdp=fsdp, tensor=tensor, param_dtype=str(cfg.model.param_dtype),
             compute_dtype=str(cfg.model.compute_dtype),
-            reference_dtype=(_resolve_dtype(str(cfg.rl.get("reference_dtype", "compute")),
+            reference_dtype=(_resolve_dtype(str(cfg.rl.reference_dtype),
                                             str(cfg.model.compute_dtype)) if kl else None),
             remat=bool(cfg.model.remat), max_seq_len=int(cfg.max_seq_len),
             micro_batch_tokens=mbt or rows * int(cfg.max_seq_len),

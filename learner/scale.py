@@ -65,7 +65,7 @@ def reference_copy(params: Any, dtype: str) -> Any:
 
 
 def reference_dtype(cfg: Any, model_cfg: ModelConfig) -> str:
-    name = str(cfg.rl.get("reference_dtype", "compute"))
+    name = str(cfg.rl.reference_dtype)
     return jnp.dtype(model_cfg.jnp_compute_dtype).name if name == "compute" else name
 
 
@@ -85,17 +85,17 @@ def run_memory_plan(cfg: Any, model_cfg: ModelConfig, mesh: Mesh) -> MemoryPlan:
     Device memory: `train.device_memory_gb`, else a named `train.hardware`, else what the
     runtime reports; on CPU (nothing reported) the plan is printed and not enforced.
     """
-    t = cfg.get("train", {})
-    gb = float(t.get("device_memory_gb", 0.0) or 0.0)
-    hw = str(t.get("hardware", "") or "")
+    t = cfg.train
+    gb = float(t.device_memory_gb or 0.0)
+    hw = str(t.hardware or "")
     device_bytes = gb * 1e9 if gb else HARDWARE_BYTES.get(hw) or device_memory_bytes()
     inputs = PlanInputs.from_config(cfg, mesh.size)
     plan = plan_memory(model_cfg.replace(param_dtype=str(cfg.model.param_dtype),
                                          compute_dtype=str(cfg.model.compute_dtype)),
-                       inputs, device_bytes or float("inf"), float(t.get("memory_headroom", 0.9)))
+                       inputs, device_bytes or float("inf"), float(t.memory_headroom))
     log.info("%s", plan.format())
     note = rollout_rows_note(inputs)
-    if note and "rl" in str(cfg.get("stages", "")):
+    if note and "rl" in str(cfg.stages):
         log.info("%s", note)
     if device_bytes:
         plan.check()

@@ -148,7 +148,7 @@ class Run:
 
     def encode_prompt(self, text: str) -> list[int]:
         """Through the checkpoint's chat template when it has one (model.chat_template="auto")."""
-        return self.tokenizer.encode_prompt(text, chat=str(self.cfg.model.get("chat_template", "auto")) != "off")
+        return self.tokenizer.encode_prompt(text, chat=str(self.cfg.model.chat_template) != "off")
 
     def encode_completion(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_ids[0]]
@@ -549,11 +549,11 @@ def _length_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
 def _sampler(run: Run, params: Any) -> Sampler:
     model = nnx.merge(run.policy.graphdef, params)
     s = run.cfg.sampling
-    steps_per_check = int(s.get("steps_per_check", 1))
-    if str(s.get("engine", "static")) == "continuous":
+    steps_per_check = int(s.steps_per_check)
+    if str(s.engine) == "continuous":
         if jax.process_count() > 1:
             raise TrainConfigError("sampling.engine=continuous runs in one process; use static in multi-host runs")
-        return ContinuousSampler(model, rows=int(s.batch_size), chunk=int(s.get("engine_chunk", 64)),
+        return ContinuousSampler(model, rows=int(s.batch_size), chunk=int(s.engine_chunk),
                                  pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
                                  steps_per_check=steps_per_check)
     return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,

@@ -282,10 +282,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
             self.metrics.result_cache.labels("hit" if hit else "miss").inc()
             if hit is not None:
                 return self._finish(prep, hit, None, t0, 0.0, cached=True)
-        if self.draining:
-            self.metrics.rejected.labels("draining").inc()
-            raise RequestRejected(grpc.StatusCode.UNAVAILABLE, DRAINING_DETAIL)
-
+        self._refuse_if_draining()  # again: it may have begun while the request was prepared
         self._active += 1
         self._idle.clear()
         try:
@@ -315,9 +312,8 @@ class FarmService(pb_grpc.EvalFarmServicer):
         except QueueFull as err:
             self.metrics.rejected.labels("queue_full").inc()
             raise RequestRejected(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err)) from None
-        except Draining as err:
-            self.metrics.rejected.labels("draining").inc()
-            raise RequestRejected(grpc.StatusCode.UNAVAILABLE, str(err)) from None
+        except Draining:
+            self._refuse_if_draining(True)
         except NoSlots as err:
             self.metrics.rejected.labels("no_slots").inc()
             raise RequestRejected(grpc.StatusCode.UNAVAILABLE, f"{err}: try another host") from None
@@ -454,6 +450,13 @@ class FarmService(pb_grpc.EvalFarmServicer):
             return self._infra(prep, "daemon draining", InfraCause.DRAINING), True
         return self._infra(prep, late_detail, InfraCause.DEADLINE), True
 
+    def _refuse_if_draining(self, draining: bool = False) -> None:
+        """The one draining rejection: RequestRejected(UNAVAILABLE, DRAINING_DETAIL), counted, when
+        the daemon drains (or ``draining``: the slot pool said so)."""
+        if draining or self.draining:
+            self.metrics.rejected.labels("draining").inc()
+            raise RequestRejected(grpc.StatusCode.UNAVAILABLE, DRAINING_DETAIL) from None
+
     def _infra(self, prep: Prepared, detail: str, cause: InfraCause = InfraCause.OTHER) -> ScoreResult:
         return ScoreResult.failure(
             Verdict.INFRA_ERROR, detail, task=prep.task.name, candidate_sha256=prep.candidate.sha256,
@@ -501,9 +504,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
     async def Score(self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext) -> pb.ScoredSample:
         self.metrics.requests.labels("Score").inc()
         try:
-            if self.draining:
-                self.metrics.rejected.labels("draining").inc()
-                raise RequestRejected(grpc.StatusCode.UNAVAILABLE, DRAINING_DETAIL)
+            self._refuse_if_draining()
             if isinstance(request, MalformedRequest):
                 raise self._invalid(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             prep = await self._prepare(request, stream=False)
@@ -525,9 +526,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
             sample_id = req.candidate.sample_id
             tags = dict(req.candidate.tags)
             try:
-                if self.draining:
-                    self.metrics.rejected.labels("draining").inc()
-                    raise RequestRejected(grpc.StatusCode.UNAVAILABLE, DRAINING_DETAIL)
+                self._refuse_if_draining()
                 prep = await self._prepare(req, stream=True)
                 sample = await self._score(prep, self._deadline(context))
             except RequestRejected as err:
