@@ -24,7 +24,9 @@ are started from short-lived evaluation threads.)
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
+import hashlib
 import logging
 import os
 import resource
@@ -207,10 +209,66 @@ def default_pool() -> StaticCheckPool:
         return _default
 
 
+class _Outcomes:
+    """The last analyses' outcomes by content (source, reference, policy): a daemon checks a
+    candidate when it is admitted (to build ahead) and again when its evaluation starts; the
+    second is answered here. Findings, and a source that does not parse, are kept; an analysis
+    that ran past its time bound (StaticAnalysisLimit) or could not run (StaticAnalysisUnavailable)
+    never is, so it is run again."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._kept: collections.OrderedDict[str, tuple[Finding, ...] | CandidateSyntaxError] = (
+            collections.OrderedDict())
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    @staticmethod
+    def key(source: str, policy: GuardPolicy, reference_source: str | None) -> str:
+        h = hashlib.sha256()
+        for part in (source, "\0", reference_source or "", "\0", repr(policy)):
+            h.update(part.encode("utf-8", "surrogatepass"))
+        return h.hexdigest()
+
+    def get(self, key: str) -> list[Finding] | None:
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None:
+                return None
+            self._kept.move_to_end(key)
+            self.hits += 1
+        if isinstance(kept, CandidateSyntaxError):
+            raise type(kept)(str(kept), kept.line)
+        return list(kept)
+
+    def put(self, key: str, outcome: list[Finding] | CandidateSyntaxError) -> None:
+        with self._lock:
+            self._kept[key] = outcome if isinstance(outcome, CandidateSyntaxError) else tuple(outcome)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self._size:
+                self._kept.popitem(last=False)
+
+
+OUTCOMES = _Outcomes()
+
+
 def check_candidate_source(source: str, policy: GuardPolicy = GuardPolicy(),  # noqa: B008 - frozen
                            reference_source: str | None = None) -> list[Finding]:
-    """:func:`evalfarm.guards.analysis.check_candidate_source`, run in the default bounded pool."""
-    return default_pool().check(source, policy, reference_source)
+    """:func:`evalfarm.guards.analysis.check_candidate_source`, run in the default bounded pool
+    (or answered from the outcomes of the same content already analysed)."""
+    key = OUTCOMES.key(source, policy, reference_source)
+    kept = OUTCOMES.get(key)  # raises a kept CandidateSyntaxError
+    if kept is not None:
+        return kept
+    try:
+        findings = default_pool().check(source, policy, reference_source)
+    except StaticAnalysisLimit:
+        raise  # depends on the bound and the host's load at the time: never kept
+    except CandidateSyntaxError as err:
+        OUTCOMES.put(key, err)
+        raise
+    OUTCOMES.put(key, findings)
+    return list(findings)
 
 
 # --- the child --------------------------------------------------------------------------

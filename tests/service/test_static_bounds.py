@@ -150,3 +150,41 @@ def test_daemon_health_answers_while_a_pathological_source_is_analysed(spawn_dae
     assert len(latencies) >= 5, latencies
     # A daemon blocked by the analysis would answer after it (seconds); a loaded machine adds tenths.
     assert max(latencies) < 0.5, latencies
+
+
+def test_the_same_content_is_analysed_once_and_a_farm_failure_is_not_kept(monkeypatch):
+    # A daemon checks a candidate when it admits it and again when its evaluation starts: the
+    # second check is answered from the first's outcome, findings and parse errors alike.
+    calls = []
+
+    class CountingPool:
+        def check(self, source, policy, reference_source=None):  # noqa: ANN001, ANN201
+            calls.append(source)
+            if source.startswith("unavailable"):
+                raise bounded.StaticAnalysisUnavailable("the host was too busy to tell")
+            return bounded.StaticCheckPool.check(real, source, policy, reference_source)
+
+    real = StaticCheckPool(size=1, timeout_s=30)
+    monkeypatch.setattr(bounded, "_default", CountingPool())
+    monkeypatch.setattr(bounded, "OUTCOMES", bounded._Outcomes())
+    try:
+        net = "import socket\n"
+        first = bounded.check_candidate_source(net, GuardPolicy())
+        again = bounded.check_candidate_source(net, GuardPolicy())
+        assert [f.guard for f in first] == [f.guard for f in again] == ["network"]
+        assert first is not again  # each caller gets its own list
+        assert len(calls) == 1 and bounded.OUTCOMES.hits == 1
+        # Another policy or another reference is another analysis.
+        bounded.check_candidate_source(net, GuardPolicy(allow_torch_ops=False))
+        bounded.check_candidate_source(net, GuardPolicy(), reference_source="import socket\n")
+        assert len(calls) == 3
+        for _ in range(2):
+            with pytest.raises(CandidateSyntaxError):
+                bounded.check_candidate_source("def (:\n", GuardPolicy())
+        assert len(calls) == 4
+        for _ in range(2):
+            with pytest.raises(bounded.StaticAnalysisUnavailable):
+                bounded.check_candidate_source("unavailable = 1\n", GuardPolicy())
+        assert len(calls) == 6  # the farm's failure is asked again
+    finally:
+        real.close()
