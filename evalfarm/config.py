@@ -112,10 +112,10 @@ class ScoreConfig:
     gpu_lease_timeout_s: float = 600.0
     # Correctness blocks: the correctness rounds after the warm-up (max(warmup_rounds, 1) <= round <
     # num_correctness_inputs) run a batch at a time, one exchange per worker per batch instead of one
-    # per call (evalfarm.judge.judge, "correctness blocks"): all of a block's inputs are written
+    # per call (evalfarm.judge.correctness): all of a block's inputs are written
     # before it starts, so its calls' times are never used for the score (only checked, and counted
     # as timing.block_rounds); the score's timed rounds all come after correctness. Used only
-    # where a batch holds at least 8 rounds (small inputs and outputs: judge.MIN_BLOCK_ROUNDS).
+    # where a batch holds at least 8 rounds (small inputs and outputs: correctness.MIN_BLOCK_ROUNDS).
     # False: every round is one call whose inputs are written right before it starts.
     correctness_block: bool = True
     # Warm calls: before each timed call (one call per exchange) whose reference is estimated under

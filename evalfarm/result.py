@@ -31,12 +31,12 @@ class TimingEvidence:
     audited_rounds: int = 0
     seconds: float = 0.0
     # Rounds run while a standby judge of the same device was still starting up: their outputs
-    # were checked, their times set aside (evalfarm.judge.judge.RoundsHold).
+    # were checked, their times set aside (evalfarm.judge.serve.RoundsHold).
     set_aside_rounds: int = 0
     # Correctness rounds run in blocks (ScoreConfig.correctness_block): their outputs were checked;
     # their inputs were all written before the block, so their times are never used.
     block_rounds: int = 0
-    # How those blocks went, a diagnostic never used for the score (evalfarm.judge.judge.BlockLog):
+    # How those blocks went, a diagnostic never used for the score (evalfarm.judge.correctness.BlockLog):
     # count; per worker the median over blocks of the mean call and of the mean leftover per round
     # (call_us_reference, leftover_us_candidate, ...); and the median ratio of the reference's
     # block calls to the candidate's, split by whose block ran first (ref_over_cand_reference_first,
@@ -46,7 +46,7 @@ class TimingEvidence:
     # inputs, in both workers (ScoreConfig.warm_call).
     warm_call_rounds: int = 0
     # The untimed moment before each call (L2 flush and sync, after the inputs were written), median
-    # per worker, and what was added to every candidate call for its excess (evalfarm.judge.judge).
+    # per worker, and what was added to every candidate call for its excess (evalfarm.judge.charges).
     pre_call_ref_us_median: float | None = None
     pre_call_cand_us_median: float | None = None
     pre_call_charge_us: float = 0.0
@@ -92,7 +92,7 @@ class Evidence:
     # (evalfarm.isolation.assess): "strong: ..." or "WEAK: <what is missing>", and for a daemon
     # that serves anyway, "(served with --allow-weak-sandbox)".
     sandbox: str = ""
-    # The physical-floor gate (GPU only, evalfarm.judge.judge.physical_floor): {"applied",
+    # The physical-floor gate (GPU only, evalfarm.judge.floor.physical_floor): {"applied",
     # "violated", "output_bytes", "l2_bytes", "peak_dram_bytes_s", "floor_us", "cand_time_us_median",
     # "ref_time_us_median", "note", and NVML's "mem_clock_max_mhz", "memory_bus_width_bits", "nvml"
     # where it was read}. Empty on CPU. Older readers drop it (ScoreResult.from_dict).

@@ -4,7 +4,7 @@ Scores one candidate ``--runs`` times per setting, interleaved: "quiet" (nothing
 and "start-ups" (a background thread starts a fresh standby judge, with its two workers and
 their CUDA contexts, every ``--every`` seconds while the evaluation runs, and kills it once it is
 up). If the speedups of the two settings agree (means within each other's spread), the farm
-could let timed rounds overlap a standby's start-up (evalfarm.judge.judge.RoundsHold sets their
+could let timed rounds overlap a standby's start-up (evalfarm.judge.serve.RoundsHold sets their
 times aside today, which costs short evaluations a wait of about one start-up each).
 
     python scripts/standby_interference_probe.py --device cuda --runs 5

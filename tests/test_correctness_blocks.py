@@ -10,14 +10,9 @@ import pytest
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.config import ConfigError
-from evalfarm.judge.judge import (
-    BLOCK_NOTE,
-    BlockLog,
-    Verdicted,
-    block_results,
-    check_round_result,
-    correctness_block_rounds,
-)
+from evalfarm.judge.blame import Verdicted
+from evalfarm.judge.correctness import BLOCK_NOTE, BlockLog, correctness_block_rounds
+from evalfarm.judge.rounds import block_results, check_round_result
 from evalfarm.scoring import as_candidate, as_task, score
 
 # 40 correctness inputs, 5 warm-up rounds: rounds 5..39 run in blocks (at most 32 per batch here).

@@ -14,7 +14,7 @@ from traced_scoring import traced_score
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge import wire
-from evalfarm.judge.judge import (
+from evalfarm.judge.exchange import (
     DEFAULT_JUDGE_SPIN_US,
     GO_FIRST_ENV,
     JUDGE_SPIN_ENV,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from evalfarm import ScoreConfig, Verdict
-from evalfarm.judge.judge import EVENT_WALL_GAP_NOTE
+from evalfarm.judge.evidence import EVENT_WALL_GAP_NOTE
 from evalfarm.scoring import as_candidate, as_task, score
 
 pytestmark = pytest.mark.gpu
@@ -65,10 +65,10 @@ def test_peak_dram_bandwidth_from_nvml_matches_the_device():
     import torch
 
     from evalfarm.devices import dram_peak
-    from evalfarm.judge.judge import _cuda_identity
+    from evalfarm.judge.setup import cuda_identity
 
     props = torch.cuda.get_device_properties(0)
-    peak = dram_peak(*_cuda_identity(props))
+    peak = dram_peak(*cuda_identity(props))
     assert peak.bytes_per_s is not None, peak.note
     assert 5e11 < peak.bytes_per_s < 2e13, peak
     if "H200" in props.name:

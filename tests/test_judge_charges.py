@@ -1,4 +1,4 @@
-"""The judge's charges for time a candidate's report leaves out (evalfarm.judge.judge)."""
+"""The judge's charges for time a candidate's report leaves out (evalfarm.judge.charges)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evalfarm.config import ConfigError, ScoreConfig
-from evalfarm.judge.judge import (
+from evalfarm.judge.charges import (
     EXCHANGE_SLACK_CALL_FRACTION,
     EXCHANGE_SLACK_FRACTION,
     EXCHANGE_SLACK_NS,

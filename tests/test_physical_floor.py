@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from evalfarm.devices import DramPeak, dram_peak, nvml_clock_reader, nvml_clocks, peak_dram_bytes_s
-from evalfarm.judge.judge import _cuda_identity, physical_floor
+from evalfarm.judge.floor import physical_floor
+from evalfarm.judge.setup import cuda_identity
 from evalfarm.result import Evidence, ScoreResult, _known
 from evalfarm.verdict import Verdict
 
@@ -178,10 +179,10 @@ def test_missing_nvml_is_reported_not_guessed(monkeypatch):
 def test_cuda_identity_reads_uuid_and_pci_from_device_properties():
     props = types.SimpleNamespace(uuid="0f0e0d0c-0b0a-0908-0706-050403020100", pci_domain_id=0,
                                   pci_bus_id=0x1B, pci_device_id=0)
-    assert _cuda_identity(props) == ("0f0e0d0c-0b0a-0908-0706-050403020100", (0, 0x1B, 0))
+    assert cuda_identity(props) == ("0f0e0d0c-0b0a-0908-0706-050403020100", (0, 0x1B, 0))
     # older torch: no PCI fields; a UUID object without a usable str(): not used
     props = types.SimpleNamespace(uuid=object())
-    assert _cuda_identity(props) == (None, None)
+    assert cuda_identity(props) == (None, None)
 
 
 class FakeNVMLClocks(FakeNVML):

@@ -11,7 +11,7 @@ import pytest
 from traced_scoring import traced_score
 
 from evalfarm import ScoreConfig, Verdict
-from evalfarm.judge.judge import PREPARE_AHEAD_ENV
+from evalfarm.judge.exchange import PREPARE_AHEAD_ENV
 from evalfarm.scoring import as_candidate, as_task
 
 # Preparation ahead is a lone call's: these tests time lone calls.

@@ -10,7 +10,7 @@ import pytest
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.client.wire import config_from_pb, options_to_pb
 from evalfarm.config import ConfigError
-from evalfarm.judge.judge import WARM_CALL_MAX_S, WARM_NOTE
+from evalfarm.judge.lone_calls import WARM_CALL_MAX_S, WARM_NOTE
 from evalfarm.scoring import as_candidate, as_task, score
 
 # Warm calls precede lone timed calls: these tests time lone calls (timed blocks need none).

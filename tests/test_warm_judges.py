@@ -174,7 +174,7 @@ def test_a_standby_announces_ready_before_its_host_warm_up_and_still_takes_the_r
     from multiprocessing import Pipe
 
     from evalfarm.judge import wire
-    from evalfarm.judge.judge import wait_for_request
+    from evalfarm.judge.serve import wait_for_request
 
     judge_end, owner_end = Pipe()
     order: list[str] = []
@@ -194,7 +194,7 @@ def test_a_standby_announces_ready_before_its_host_warm_up_and_still_takes_the_r
 def test_warm_host_is_a_no_op_off_the_gpu_runs_beside_the_request_and_survives_a_failure(monkeypatch):
     import threading
 
-    from evalfarm.judge import judge as judge_mod
+    from evalfarm.judge import serve as serve_mod
 
     release = threading.Event()
     calls: list[str] = []
@@ -203,11 +203,11 @@ def test_warm_host_is_a_no_op_off_the_gpu_runs_beside_the_request_and_survives_a
         calls.append("meta")
         release.wait(10)
 
-    monkeypatch.setattr(judge_mod, "warm_meta", slow_meta)
-    assert judge_mod.warm_host("cpu") is None
+    monkeypatch.setattr(serve_mod, "warm_meta", slow_meta)
+    assert serve_mod.warm_host("cpu") is None
     assert calls == []
     # It returns while the warm-up still runs: the judge reads its request meanwhile.
-    thread = judge_mod.warm_host("cuda")
+    thread = serve_mod.warm_host("cuda")
     assert thread is not None and thread.daemon
     assert thread.is_alive()
     release.set()
@@ -217,8 +217,8 @@ def test_warm_host_is_a_no_op_off_the_gpu_runs_beside_the_request_and_survives_a
     def broken() -> None:
         raise RuntimeError("no meta kernels")
 
-    monkeypatch.setattr(judge_mod, "warm_meta", broken)
-    thread = judge_mod.warm_host("cuda:0")  # logged, not raised: the evaluation pays the import instead
+    monkeypatch.setattr(serve_mod, "warm_meta", broken)
+    thread = serve_mod.warm_host("cuda:0")  # logged, not raised: the evaluation pays the import instead
     thread.join(10)
     assert not thread.is_alive()
 
@@ -226,9 +226,9 @@ def test_warm_host_is_a_no_op_off_the_gpu_runs_beside_the_request_and_survives_a
 def test_rounds_hold_counts_from_the_owners_go_and_never_waits_past_its_bound(monkeypatch):
     from multiprocessing import Pipe
 
-    from evalfarm.judge import judge as judge_mod
+    from evalfarm.judge import serve as serve_mod
     from evalfarm.judge import wire
-    from evalfarm.judge.judge import RoundsHold
+    from evalfarm.judge.serve import RoundsHold
 
     # Nothing starting up: the owner's immediate answer is go.
     judge_end, owner_end = Pipe()
@@ -248,7 +248,7 @@ def test_rounds_hold_counts_from_the_owners_go_and_never_waits_past_its_bound(mo
     assert hold.released()
 
     # An owner that never says go: the judge waits at most BEFORE_ROUNDS_TIMEOUT_S, then goes on.
-    monkeypatch.setattr(judge_mod, "BEFORE_ROUNDS_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(serve_mod, "BEFORE_ROUNDS_TIMEOUT_S", 0.3)
     judge_end, owner_end = Pipe()
     wire.send_json(owner_end, {"op": "hold"})
     hold = RoundsHold(judge_end)
@@ -355,13 +355,13 @@ def test_a_standby_warms_its_host_only_where_the_operator_asks(monkeypatch):
     with the evaluation's rounds); "1" runs warm_host after the standby announced itself ready."""
     import threading
 
-    from evalfarm.judge import judge as judge_mod
+    from evalfarm.judge import serve as serve_mod
 
     ran = threading.Event()
-    monkeypatch.setattr(judge_mod, "warm_meta", ran.set)
+    monkeypatch.setattr(serve_mod, "warm_meta", ran.set)
     for setting in ("", "0", "yes"):
-        assert judge_mod.host_warm_up("cuda", setting) is None
-    warm_up = judge_mod.host_warm_up("cuda", "1")
+        assert serve_mod.host_warm_up("cuda", setting) is None
+    warm_up = serve_mod.host_warm_up("cuda", "1")
     thread = warm_up()
     thread.join(10)
     assert ran.is_set()

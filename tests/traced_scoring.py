@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evalfarm.judge.judge import (
+from evalfarm.judge.exchange import (
     GO_FIRST_ENV,
     JUDGE_SPIN_ENV,
     PREPARE_AHEAD_ENV,

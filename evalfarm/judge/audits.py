@@ -8,11 +8,29 @@ is caught within the first window, where independent draws let it through with p
 wrong in some rounds only is caught in each window with probability (its wrong rounds there) /
 (the window), as with independent draws. The positions come from the judge's secret generator,
 one per window, drawn when the window is first reached; the candidate never learns them.
+
+An audit (``RoundAudit``) compares the candidate's outputs of the round, read from its output
+arena with the strides its worker reported, with the reference worker's for the same inputs
+(``evalfarm.compare.compare_outputs``), and, unless the reference itself writes into its inputs,
+checks that the candidate's input slots still hold the judge's pristine inputs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from evalfarm.compare import Comparison, compare_outputs
+from evalfarm.judge.arena import Arena
+from evalfarm.judge.blame import Verdicted
+from evalfarm.judge.roles import CANDIDATE, REFERENCE
+from evalfarm.verdict import Verdict
+
+if TYPE_CHECKING:
+    from evalfarm.judge.rounds import RoundPlan
 
 
 class AuditSchedule:
@@ -34,3 +52,39 @@ class AuditSchedule:
         if window not in self._picks:
             self._picks[window] = self._rng.randrange(self.window)
         return position == self._picks[window]
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundAudit:
+    """What checking a round needs beside the round itself, fixed by the set-up."""
+
+    arenas: dict[tuple[str, str], Arena]  # (role, "in" | "out")
+    tuple_out: bool  # the task's Model returns a tuple (or list) of tensors
+    tolerance: Any  # ScoreConfig.tolerance
+    ref_mutates_inputs: bool  # the reference writes into its own inputs: the candidate may too
+
+    def outputs(self, plan: RoundPlan, role: str) -> Any:
+        """``role``'s outputs of the round, as its worker laid them out (HACK_DETECTED where the
+        reported layout does not fit its slots)."""
+        arena = self.arenas[role, "out"]
+        slots = plan.calls[role].out_slots
+        layouts = plan.times[role].get("strides")
+        if not isinstance(layouts, list) or len(layouts) != len(slots):
+            layouts = [None] * len(slots)
+        try:
+            views = [arena.strided_view(s, st) for s, st in zip(slots, layouts, strict=True)]
+        except ValueError as err:
+            raise Verdicted(Verdict.HACK_DETECTED, f"guard worker_protocol: {err}") from None
+        return tuple(views) if self.tuple_out else views[0]
+
+    def compare(self, plan: RoundPlan) -> Comparison:
+        """The candidate's outputs against the reference's."""
+        return compare_outputs(self.outputs(plan, CANDIDATE), self.outputs(plan, REFERENCE), self.tolerance)
+
+    def input_modified(self, plan: RoundPlan) -> bool:
+        """Whether the candidate wrote into its inputs (never where the reference writes into its own)."""
+        if self.ref_mutates_inputs:
+            return False
+        arena = self.arenas[CANDIDATE, "in"]
+        return any(slot is not None and not torch.equal(arena.view(slot), v)
+                   for v, slot in zip(plan.inputs, plan.calls[CANDIDATE].in_slots, strict=True))

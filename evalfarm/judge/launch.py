@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     except bubblewrap.SandboxUnavailable as err:
         started = None  # the evaluation tries again and reports why it cannot
         hardening = [*hardening, str(err)]
-    from evalfarm.judge import judge  # torch and the rest of the judge
+    from evalfarm.judge import serve  # torch and the rest of the judge
 
-    judge.MAIN_AT[0] = time.monotonic()
-    judge.serve(conn, args, started, hardening, report_pgid)
+    serve.MAIN_AT[0] = time.monotonic()
+    serve.serve(conn, args, started, hardening, report_pgid)
 
 
 def parse_args(argv: list[str]) -> Any:

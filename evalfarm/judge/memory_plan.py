@@ -143,7 +143,7 @@ class MemoryPlan:
 
 
 def setup_bytes(fp: Footprint) -> int:
-    """The judge's probe of the task at its peak (``Judge._evaluate``): the model's weights, then
+    """The judge's probe of the task at its peak (``evalfarm.judge.setup.set_up_reference``): the model's weights, then
     either the first call's inputs, its output (kept for the aliasing check) and the same inputs
     drawn again (the in-place check), or those inputs, the kept output and the second call's
     peak; the degenerate-task probe afterwards holds one input set, one kept output and a call."""

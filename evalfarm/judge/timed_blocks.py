@@ -35,6 +35,9 @@ Why it keeps what made lone calls honest:
   before);
 * the first ``WARMUP_CALLS`` calls of each block are checked but not timed (the device has just
   switched from the other worker's context).
+
+The judge's side of a pair (``TimedPair``): each worker's block runs the batch's rounds in order with
+the same inputs, the two blocks in the order drawn for the batch, the other worker stopped meanwhile.
 """
 
 from __future__ import annotations
@@ -43,10 +46,23 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
+
+from evalfarm import sandbox
+from evalfarm.judge import wire
+from evalfarm.judge.blame import Verdicted, check_contained
+from evalfarm.judge.bounds import Bounds
+from evalfarm.judge.lone_calls import CallFailure
+from evalfarm.judge.roles import CANDIDATE, REFERENCE
+from evalfarm.judge.rounds import RoundPlan, block_messages, block_results
 from evalfarm.judge.staging import JudgeStaging, StagingLayout, wait_for
 from evalfarm.judge.wire import ProtocolError
+from evalfarm.verdict import Verdict
+
+if TYPE_CHECKING:
+    from evalfarm.judge.exchange import Link
 
 # How long the judge waits for a call to be queued behind its gate before it opens the gate
 # anyway: a forward that waits for the device itself (a .item(), a host copy) cannot be queued
@@ -60,6 +76,11 @@ MIN_BLOCK_CALLS = 4
 # Timed blocks stage one round's inputs in host memory; larger inputs keep the lone-call protocol
 # (their calls are long enough that the exchange before one is a small part of it).
 STAGING_MAX_BYTES = 256 << 20
+
+# Added to the isolation notes when the timed rounds run in timed blocks (evalfarm.judge.timed_blocks).
+TIMED_BLOCK_NOTE = ("timed rounds run in blocks: each worker's calls queued back to back, each call's fresh inputs "
+                    "released by the judge only after the previous call finished; a random share of every block's "
+                    "calls checked; each call's reported time compared with the judge's own clock")
 
 
 class WordSignals:
@@ -173,3 +194,85 @@ def tail_charge_ns(ref_shares: list[int], cand_shares: list[int]) -> int:
     excess = statistics.median([c - r for r, c in zip(ref_shares, cand_shares, strict=True)])
     slack = TAIL_SLACK_NS + TAIL_SLACK_FRACTION * statistics.median(ref_shares)
     return int(excess) if excess > slack else 0
+
+
+class TimedPair:
+    """The judge's side of the timed blocks: each worker's staging area, its layout, and the last
+    sequence number used (both workers' calls number on from it)."""
+
+    def __init__(self, staging: dict[str, JudgeStaging], layout: StagingLayout) -> None:
+        self.staging = staging
+        self.layout = layout
+        self.seq = 0
+
+    def run_pair(self, link: Link, bounds: Bounds, plans: list[RoundPlan], fail: CallFailure) -> None:
+        """A batch of timed rounds as a pair of timed blocks (evalfarm.judge.timed_blocks): each
+        worker's block runs the batch's rounds in order with the same inputs, the two blocks in the
+        order drawn for the batch, the other worker stopped meanwhile; on a GPU the judge first waits
+        for a quiet device before the reference's block (work left running is the candidate's)."""
+        first = plans[0].first
+        for plan in plans:
+            plan.first = first
+        # The judge's host copies of the rounds' inputs, which it writes into each staging area.
+        staged = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in plan.inputs] for plan in plans]
+        results: dict[str, list[dict[str, Any]]] = {}
+        for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
+            if role == REFERENCE and link.device.type == "cuda":
+                link.judge_waits_quiet()
+            t_step = time.monotonic()
+            results[role] = self.run_block(link, role, plans, staged, bounds.wait_bound(role), fail)
+            link.phases["rounds_exchange"] += time.monotonic() - t_step
+            link.phases["rounds_calls"] += sum(res["t"] for res in results[role]) / 1e9
+        for k, plan in enumerate(plans):
+            plan.times = {role: results[role][k] for role in (REFERENCE, CANDIDATE)}
+            t_cand = plan.times[CANDIDATE]["t"]
+            if t_cand / 1e9 > bounds.call_limit_s():
+                raise Verdicted(Verdict.TIMEOUT, f"a call took {t_cand / 1e6:.1f} ms, more than "
+                                f"{bounds.timeout_factor:g}x the reference's {bounds.t_ref_est * 1e3:.3f} ms")
+            bounds.note_reference_call(plan.times[REFERENCE]["t"])
+
+    def run_block(self, link: Link, role: str, plans: list[RoundPlan], staged: list[list[Any]], bound: float,
+                  fail: CallFailure) -> list[dict[str, Any]]:
+        """One worker's timed block: the calls sent, released one at a time through its staging area
+        (``release_calls``), then its reply. Returns the per-call results, checked against the
+        rounds sent, each with ``j``: its time on the judge's clock (``judge_windows_ns``)."""
+        worker = link.worker(role)
+        seq0, self.seq = self.seq, self.seq + len(plans)
+        rounds = [plan.r for plan in plans]
+        message = {"op": "timed_block", "seq0": seq0, "layout": self.layout.to_wire(),
+                   "rounds": block_messages(plans, role)}
+        link.ready.discard(role)  # its next lone call (if any) prepares again
+        try:
+            link.resume(role)
+            sent = time.perf_counter()
+            wire.send_json(worker.conn, message)
+            signals: WordSignals | MessageSignals = (
+                WordSignals(self.staging[role], lambda: worker.conn.poll(0), link.spin_s or 50e-6)
+                if link.device.type == "cuda" else
+                MessageSignals(lambda m: wire.send_json(worker.conn, m), lambda t: wire.recv_json(worker.conn, t)))
+            released = release_calls(self.staging[role], self.layout, staged, seq0, lambda k: bound, signals)
+            if released.outcome == "timeout":
+                r = rounds[released.stuck]
+                sandbox.kill_group(worker.proc)
+                if role == REFERENCE:
+                    raise Verdicted(Verdict.INFRA_ERROR, f"the reference worker did not finish round {r} (a timed "
+                                    f"block's call) within {bound:.3g} s")
+                raise Verdicted(Verdict.TIMEOUT, f"the candidate did not finish round {r} (call "
+                                f"{released.stuck + 1} of a timed block of {len(plans)}) within {bound:.3g} s")
+            reply = (signals.message if isinstance(signals, MessageSignals) and signals.message is not None
+                     else link.recv(worker, bound, f"round {rounds[-1]} (the end of a timed block)", spin=True))
+            reply_ns = time.perf_counter_ns()
+            link.phases["rounds_go"] += time.perf_counter() - sent  # its calls, the judge's writes between them
+        finally:
+            link.stop(role)
+        if reply.get("op") != "block" or released.outcome != "ok":
+            fail(role, reply, next((p for p in plans if p.r == reply.get("round")), None))
+        results = block_results(reply, rounds)
+        tail = tail_share_ns(released, reply_ns)
+        for res, j in zip(results, judge_windows_ns(released), strict=True):
+            res["j"], res["w"], res["tail"] = j, 0, tail
+        if link.trace is not None:
+            link.trace.timed_block(role, results)
+        if role == CANDIDATE:
+            check_contained(worker)
+        return results

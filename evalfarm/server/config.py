@@ -39,7 +39,7 @@ class ServerConfig:
     # 0 on CPU slots (a CPU evaluation uses every core, so a standby's start-up only competes with it).
     warm_judges: int | None = None
     # While a standby judge of its device starts up, an evaluation checks its rounds but sets their
-    # times aside (evalfarm.judge.judge.RoundsHold); False: they are timed too.
+    # times aside (evalfarm.judge.serve.RoundsHold); False: they are timed too.
     standby_hold: bool = True
     max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
     drain_timeout_s: float = 60.0

@@ -222,7 +222,7 @@ def test_a_tree_of_busy_processes_is_held_to_its_cpu_quota():
 
 @needs_cgroup
 def test_an_evaluations_workers_get_a_cpu_quota_and_say_so(data_dir, build_pool):
-    from evalfarm.judge.judge import worker_cpu_cores
+    from evalfarm.judge.setup import worker_cpu_cores
 
     task = as_task(str(data_dir / "task_scale.py"))
     cfg = ScoreConfig(num_correctness_inputs=10, timing_budget_s=0.5, min_timed_rounds=10)

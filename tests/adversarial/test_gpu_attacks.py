@@ -24,7 +24,7 @@ import pytest
 from attack_scoring import score_attack
 
 from evalfarm import ScoreConfig, Verdict
-from evalfarm.judge.judge import EVENT_WALL_GAP_NOTE
+from evalfarm.judge.evidence import EVENT_WALL_GAP_NOTE
 from evalfarm.result import ScoreResult
 from evalfarm.scoring import as_task
 

@@ -181,7 +181,7 @@ def test_alias_problem_allows_what_the_reference_does_too():
     import torch
 
     from evalfarm.judge import worker
-    from evalfarm.judge.judge import reference_alias_facts
+    from evalfarm.judge.setup import reference_alias_facts
 
     arena = torch.zeros(1024)
     x_cand = arena[512:768]

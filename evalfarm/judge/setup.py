@@ -1,0 +1,427 @@
+"""The set-up: the task and its reference measured, the arenas sized, the workers loaded.
+
+The rule. Everything before the first round is the farm's: no candidate code has run until the
+candidate worker loads, so any failure up to then (the task, the reference, memory, a worker that
+does not start) is INFRA_ERROR. The judge builds the task's Model in its own process, calls it twice
+(the second call, warm, is the first estimate of the reference's call: evalfarm.judge.bounds) and
+learns from those calls what the candidate may do with memory (``reference_alias_facts``), the
+outputs' structure, and whether the task is degenerate; the precision gate's ground truths and one
+call's FLOPs come next (``set_up_precision``). The rounds' arenas are sized to the memory left
+(``allocate_arenas``), and whether the timed rounds run in timed blocks is decided there, before
+both workers load (``load_messages``): the candidate worker gets what the reference showed
+(its alias facts), the arenas' handles, and the extensions the build pool staged for it; what it
+loaded is checked statically, from the cache, never from the worker (``check_symbols``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from evalfarm.compare import flatten_output
+from evalfarm.config import ScoreConfig
+from evalfarm.devices import DramPeak, dram_peak
+from evalfarm.infra_cause import InfraCause
+from evalfarm.judge import gpu_lease, precision, roofline, wire
+from evalfarm.judge.arena import Arena, aligned
+from evalfarm.judge.blame import Verdicted
+from evalfarm.judge.correctness import MIN_BLOCK_ROUNDS
+from evalfarm.judge.floor import FloorFacts
+from evalfarm.judge.inputs import InputSource
+from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
+from evalfarm.judge.roles import CANDIDATE, EXT_DIR, REFERENCE
+from evalfarm.judge.staging import JudgeStaging, StagingLayout
+from evalfarm.judge.task_facts import valid_footprint
+from evalfarm.judge.timed_blocks import MIN_BLOCK_CALLS, STAGING_MAX_BYTES
+from evalfarm.judge.worker import data_span, overlaps, storage_span
+from evalfarm.judge.workers import WorkerHandle
+from evalfarm.result import Evidence
+from evalfarm.tasks.format import Task, instantiate_task
+from evalfarm.tasks.lint import degenerate_reason
+from evalfarm.verdict import Verdict
+
+log = logging.getLogger("evalfarm.judge")
+
+ARENA_BUDGET_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}
+MAX_ROUNDS_PER_BATCH = 32
+
+# mark(name): the set-up's time since the previous mark into the set-up phases (SetupClock).
+Mark = Callable[[str], None]
+
+
+class SetupClock:
+    """``mark(name)``: the time since the previous mark (``t0`` at first) into ``phases``."""
+
+    def __init__(self, t0: float, phases: dict[str, float]) -> None:
+        self.last = t0
+        self.phases = phases
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.last
+        self.last = now
+
+
+def take_gpu_lease(device: torch.device, timeout_s: float, notify: Any) -> gpu_lease.GpuLease:
+    """Hold this GPU alone for the whole evaluation (evalfarm.judge.gpu_lease): from before the
+    reference's first call to after the workers are killed. The owner is told of a wait
+    (``notify``, or None), so it is not charged to the candidate."""
+    uuid, pci = cuda_identity(torch.cuda.get_device_properties(device))
+    gpu = uuid or (f"pci-{pci[0]:04x}-{pci[1]:02x}-{pci[2]:02x}" if pci is not None
+                   else f"visible-{os.environ.get('CUDA_VISIBLE_DEVICES', '0')}")
+
+    told: list[str] = []
+
+    def waiting(holders: str) -> None:
+        told.append(holders)
+        log.info("waiting for GPU %s: leased by %s", gpu, holders)
+        if notify is not None:
+            notify({"op": "gpu_lease_wait", "holders": holders})
+
+    try:
+        lease = gpu_lease.acquire(gpu, timeout_s, on_wait=waiting)
+    except gpu_lease.LeaseTimeout as err:
+        raise Verdicted(Verdict.INFRA_ERROR, str(err)) from None
+    except OSError as err:
+        raise Verdicted(Verdict.INFRA_ERROR, f"the GPU lease file could not be opened: {err} (set "
+                        f"${gpu_lease.LEASE_DIR_ENV} to a directory every evaluation on this host can use)") from None
+    if told and notify is not None:  # the owner's clock resumes
+        notify({"op": "gpu_lease", "waited_s": lease.waited_s})
+    return lease
+
+
+@dataclasses.dataclass
+class Reference:
+    """What the set-up learnt from the task and its reference's first calls."""
+
+    source: InputSource
+    memory: MemoryGate
+    init_inputs: list[Any]
+    weight_seed: int
+    t_ref: float  # the warm second call, seconds: the first estimate (evalfarm.judge.bounds)
+    mutates_inputs: bool  # the reference writes into its own inputs
+    alias_facts: dict[str, bool]  # reference_alias_facts
+    tuple_out: bool
+    out_struct: list[tuple[tuple[int, ...], torch.dtype]]
+    degenerate: str  # evalfarm.tasks.lint's reason, or ""
+
+
+def set_up_reference(task: Task, profile: str, device: torch.device, task_facts: dict[str, Any],
+                     evidence: Evidence, mark: Mark) -> tuple[Reference, Any]:
+    """The task's Model built and called twice, its outputs' structure and memory facts learnt, the
+    degenerate-output check made; returns them and the model. Any failure is the task's (INFRA_ERROR)."""
+    memory = MemoryGate(device)
+    try:
+        task_mod = instantiate_task(task, profile)
+        source = InputSource(task_mod, str(device))
+        init_inputs = source.init_inputs()
+        # TaskTooLarge before anything large exists
+        memory.before_setup(task_mod, init_inputs, valid_footprint(task_facts.get("footprint")))
+        weight_seed = source.weight_seed()
+        torch.manual_seed(weight_seed)
+        ref_model = task_mod.Model(*init_inputs).to(device)
+        mark("setup_task")
+        # Lean for full-size tasks (memory_plan.setup_bytes): at most two input sets and one
+        # kept output at a time; the same inputs are drawn again rather than cloned.
+        sample = source.inputs(-1)
+        held, _ = ref_call(device, ref_model, sample)
+        again = source.inputs(-1)
+        mutates_inputs = any(
+            isinstance(a, torch.Tensor) and not torch.equal(a, b) for a, b in zip(sample, again, strict=False))
+        del sample
+        ref_out, t_ref = memory.measured_call(
+            lambda m=ref_model, s=again: ref_call(device, m, s))  # second call: warm
+        facts = reference_alias_facts(held, ref_out, again)
+        del held, again
+        check_ref_output(ref_out)
+        tuple_out = isinstance(ref_out, tuple | list)
+        out_struct = [(tuple(o.shape), o.dtype) for o in flatten_output(ref_out)]
+        del ref_out
+        mark("setup_reference")
+        degenerate = degenerate_reason(lambda inputs, m=ref_model: m(*inputs),
+                                       [lambda i=i: source.inputs(i) for i in (-1, -2, -3)])
+        mark("setup_lint")
+    except Verdicted:
+        raise
+    except TaskTooLarge as err:
+        evidence.memory = memory.evidence()
+        raise Verdicted(Verdict.INFRA_ERROR, str(err), InfraCause.TASK_TOO_LARGE) from None
+    except torch.cuda.OutOfMemoryError as err:
+        raise Verdicted(Verdict.INFRA_ERROR, out_of_memory_reason(
+            err, device, memory.footprint, "while the judge ran the reference"), InfraCause.TASK_TOO_LARGE) from None
+    except Exception:  # noqa: BLE001 - the task itself is broken: not the candidate's fault
+        raise Verdicted(Verdict.INFRA_ERROR, "the task failed to run:\n" + traceback.format_exc()[-4000:]) from None
+    return Reference(source, memory, init_inputs, weight_seed, t_ref, mutates_inputs, facts, tuple_out,
+                     out_struct, degenerate), ref_model
+
+
+def set_up_precision(model: Any, source: InputSource, out_struct: list[tuple[tuple[int, ...], torch.dtype]],
+                     device: torch.device, cfg: ScoreConfig, rng: Any, mark: Mark
+                     ) -> tuple[precision.PrecisionGate | None, roofline.Counts, dict[str, Any]]:
+    """One reference call's FLOPs and bytes (evalfarm.judge.roofline), then the precision gate's
+    float64 ground truths of its rounds (evalfarm.judge.precision), which converts ``model``
+    to float64. Neither is ever a verdict: a failure is a note in the evidence. Returns the gate
+    (None: not applied), the counts and ``evidence.precision``."""
+    counts = roofline.count(model, source.inputs(-1), out_struct)
+    mark("setup_roofline")
+    gate = None
+    reason = precision.not_applied_reason(cfg.precision, cfg.guard_policy, [d for _s, d in out_struct])
+    if reason:
+        ev = precision.not_applied(reason)
+    else:
+        try:
+            gate, ev = precision.prepare(model, source, out_struct, device, cfg.num_correctness_inputs, rng,
+                                         counts.flops)
+        except Exception as err:  # noqa: BLE001 - the farm's problem, never the candidate's
+            source.widen(precision.WidenSpec(), ())
+            ev = precision.not_applied(f"no float64 ground truth: {type(err).__name__}: {str(err)[:300]}")
+        ev = gate.evidence() if gate is not None else ev
+    mark("setup_precision")
+    return gate, counts, ev
+
+
+def cuda_identity(props: Any) -> tuple[str | None, tuple[int, int, int] | None]:
+    """(UUID, (PCI domain, bus, device)) of a CUDA device as the runtime reports it; None where unknown."""
+    uuid = None
+    raw = getattr(props, "uuid", None)
+    if raw is not None:
+        text = str(raw)
+        bare = text[4:] if text.startswith(("GPU-", "MIG-")) else text
+        if len(bare) == 36 and all(c in "0123456789abcdefABCDEF-" for c in bare):
+            uuid = text
+    pci = None
+    try:
+        pci = (int(props.pci_domain_id), int(props.pci_bus_id), int(props.pci_device_id))
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return uuid, pci
+
+
+def tensors_bytes(values: list[Any]) -> int:
+    return sum(aligned(v.numel() * v.element_size()) for v in values if isinstance(v, torch.Tensor))
+
+
+def check_ref_output(out: Any) -> None:
+    for o in flatten_output(out):
+        if not isinstance(o, torch.Tensor):
+            raise Verdicted(Verdict.INFRA_ERROR, f"the task's Model returned {type(o).__name__}, not tensors")
+
+
+def reference_alias_facts(first_out: Any, second_out: Any, second_inputs: list[Any]) -> dict[str, bool]:
+    """How the reference's outputs relate to memory, from two calls made with the first call's
+    outputs still alive: does an output reuse the previous call's storage, does it alias its inputs?
+    The candidate worker allows the same of the candidate's outputs (and nothing more)."""
+    firsts = {storage_span(o)[0] for o in flatten_output(first_out) if isinstance(o, torch.Tensor) and o.numel()}
+    seconds = [o for o in flatten_output(second_out) if isinstance(o, torch.Tensor) and o.numel()]
+    in_spans = [data_span(a) for a in second_inputs if isinstance(a, torch.Tensor)]
+    return {"ref_persists": any(storage_span(o)[0] in firsts for o in seconds),
+            "ref_aliases_input": any(overlaps(storage_span(o), in_spans) for o in seconds)}
+
+
+def worker_cpu_cores(num_threads: int) -> int:
+    """A worker's CPU quota in cores: its evaluation's threads plus one, at most the host's cores."""
+    return max(1, min(num_threads + 1, os.cpu_count() or 1))
+
+
+def ref_call(device: torch.device, model: Any, inputs: list[Any]) -> tuple[Any, float]:
+    """One reference call in the judge's process, synchronised, and its time in seconds."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    out = model(*inputs)
+    sync()
+    return out, time.perf_counter() - t0
+
+
+def await_started(worker: WorkerHandle, timeout_s: float) -> None:
+    """Wait for ``worker``'s start report (INFRA_ERROR: no candidate code has run yet)."""
+    if worker.started_seen:
+        return
+    try:
+        worker.note_started(wire.recv_json(worker.conn, timeout_s))
+    except (TimeoutError, wire.PeerClosed, wire.ProtocolError) as err:
+        raise Verdicted(Verdict.INFRA_ERROR, f"the {worker.role} worker did not start ({type(err).__name__}): "
+                        f"{worker.exit_description()}\n{worker.stderr_tail()}") from None
+
+
+@dataclasses.dataclass
+class RoundMemory:
+    """The rounds' memory as the set-up allocated it."""
+
+    arenas: dict[tuple[str, str], Arena]  # (role, "in" | "out")
+    rounds_per_batch: int
+    block_rounds: range  # the correctness blocks' rounds, range(0) where batches are too small for them
+    timed: bool  # timed blocks, until both workers confirm their gates
+    in_bytes: int
+    staging_layout: StagingLayout | None = None
+    staging_areas: dict[str, Arena] = dataclasses.field(default_factory=dict)
+    staging: dict[str, JudgeStaging] = dataclasses.field(default_factory=dict)
+
+    def staging_handle(self, role: str) -> dict[str, Any] | None:
+        """What a worker needs to map its staging area; None without timed blocks."""
+        area = self.staging_areas.get(role)
+        return area.handle() if area is not None else None
+
+
+def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, device: torch.device,
+                    block_rounds: range, workers: dict[str, WorkerHandle], evidence: Evidence,
+                    arenas: list[Arena]) -> RoundMemory:
+    """The rounds' input and output arenas (and with timed blocks each worker's staging area), as many
+    rounds per batch as the memory allows; each allocated is added to ``arenas`` (closed by the caller)."""
+    sample = ref.source.inputs(-1)
+    in_bytes = tensors_bytes(sample)
+    # Timed blocks where a round's inputs fit the staging area; decided before the arenas, which
+    # they share with the correctness rounds, and confirmed once both workers have their gates.
+    timed = (cfg.timing_protocol == "blocks" and not correctness_only
+             and in_bytes <= STAGING_MAX_BYTES)
+    layout = None
+    if timed:
+        layout = StagingLayout.for_inputs(
+            [v.contiguous() if isinstance(v, torch.Tensor) else v for v in sample])
+    del sample
+    memory = ref.memory
+    memory.release()  # after that draw too: the rounds are checked against what is free then
+    out_bytes = sum(aligned(math.prod(s) * d.itemsize) for s, d in ref.out_struct)
+    budget = ARENA_BUDGET_BYTES["cuda" if device.type == "cuda" else "cpu"]
+    per_round = 2 * (in_bytes + out_bytes)
+    rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
+    if correctness_only:
+        rounds_per_batch = min(rounds_per_batch, cfg.num_correctness_inputs)
+    elif timed:  # a timed block needs a few calls beside its warm-up: arenas that large, where memory allows
+        rounds_per_batch = max(rounds_per_batch, MIN_BLOCK_CALLS)
+    try:
+        rounds_per_batch = memory.before_rounds(in_bytes, out_bytes, rounds_per_batch)
+        if rounds_per_batch < MIN_BLOCK_ROUNDS:
+            block_rounds = range(0)  # one call per exchange, as without blocks
+        if rounds_per_batch < MIN_BLOCK_CALLS:
+            timed = False  # timed rounds one call per exchange too
+        allocated = {
+            (role, kind): Arena.allocate(n * rounds_per_batch, str(device), workers[role].arena_fds.pop(kind, None))
+            for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))
+        }
+    except TaskTooLarge as err:
+        raise Verdicted(Verdict.INFRA_ERROR, str(err), InfraCause.TASK_TOO_LARGE) from None
+    except torch.cuda.OutOfMemoryError as err:
+        raise Verdicted(Verdict.INFRA_ERROR, out_of_memory_reason(
+            err, device, memory.footprint, "while the judge allocated the input/output arenas"),
+            InfraCause.TASK_TOO_LARGE) from None
+    finally:
+        evidence.memory = memory.evidence()
+    arenas.extend(allocated.values())
+    out = RoundMemory(allocated, rounds_per_batch, block_rounds, timed, in_bytes, layout)
+    if timed:
+        assert layout is not None
+        for role in (REFERENCE, CANDIDATE):
+            area = Arena.allocate(layout.nbytes, "cpu", workers[role].arena_fds.pop("staging", None))
+            arenas.append(area)
+            out.staging_areas[role] = area
+            out.staging[role] = JudgeStaging(area.buffer)
+    return out
+
+
+def device_facts(device: torch.device, out_struct: list[tuple[tuple[int, ...], torch.dtype]]
+                 ) -> tuple[FloorFacts, int]:
+    """The physical floor's facts (the DRAM peak from NVML only where the gate can apply) and the
+    bytes a worker flushes the L2 with (0 off the GPU)."""
+    flush_bytes = 0
+    output_bytes = sum(math.prod(s) * d.itemsize for s, d in out_struct)
+    l2_bytes: int | None = None
+    dram: DramPeak | None = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0) or None
+        flush_bytes = 2 * (l2_bytes or 50 << 20)
+        if l2_bytes is not None and output_bytes > 2 * l2_bytes:
+            dram = dram_peak(*cuda_identity(props))  # NVML; overlaps the workers' start-up
+    return FloorFacts(output_bytes, l2_bytes, dram), flush_bytes
+
+
+def reference_load(common: dict[str, Any], task: Task, profile: str, memory: RoundMemory,
+                   reference_poison: bool) -> dict[str, Any]:
+    """The reference worker's load message (``common``: what both workers get)."""
+    return {
+        **common, "role": REFERENCE, "task_name": task.name, "task_source": task.source,
+        "size_profiles": task.size_profiles, "profile": profile, "poison": reference_poison,
+        "in_arena": memory.arenas[REFERENCE, "in"].handle(), "out_arena": memory.arenas[REFERENCE, "out"].handle(),
+        "staging": memory.staging_handle(REFERENCE),
+    }
+
+
+def candidate_load(common: dict[str, Any], ref: Reference, memory: RoundMemory,
+                   candidate: Candidate) -> dict[str, Any]:
+    """The candidate worker's load message: with what the reference showed of its outputs' memory."""
+    return {
+        **common, "role": CANDIDATE, "candidate_source": candidate.source,
+        "cache_dir": candidate.staged_cache(), "arch": candidate.arch, **ref.alias_facts,
+        "expected_extensions": candidate.expected_extensions, "failed_extensions": candidate.failed_extensions,
+        "in_arena": memory.arenas[CANDIDATE, "in"].handle(), "out_arena": memory.arenas[CANDIDATE, "out"].handle(),
+        "staging": memory.staging_handle(CANDIDATE),
+    }
+
+
+@dataclasses.dataclass
+class Candidate:
+    """The candidate's part of the request, and what the judge learns of its extensions."""
+
+    source: str
+    cache_dir: str
+    arch: Any
+    expected_extensions: dict[str, Any]
+    # Calls the build pool failed to build: the worker's load_inline raises these (evalfarm.build.hook).
+    failed_extensions: dict[str, Any]
+    staged: str = ""  # StartedWorkers.staged_cache: what the candidate worker may load, read-only
+    extension_files: list[str] = dataclasses.field(default_factory=list)  # the .so files it loaded (check_symbols)
+
+    def staged_cache(self) -> str:
+        """The extensions the build pool installed for this candidate, copied out of the cache into
+        the directory its worker sees read-only (evalfarm.judge.workers): the worker's sandbox never
+        shows the cache itself, where every other candidate's builds are."""
+        from evalfarm.build.cache import ExtensionCache
+
+        dest = self.staged
+        if not os.path.isdir(os.path.join(dest, "ext")):
+            ExtensionCache(self.cache_dir).stage(self.expected_extensions, dest)
+        return dest
+
+    def check_symbols(self, extensions: Any, guard_policy: str, tmp: str, evidence: Evidence) -> None:
+        """Static check of every extension the worker loaded, read from the cache (not the worker).
+
+        Every finding goes into the evidence; only a blocking one (symbol interposition, which the
+        worker's own clock cannot see) decides the verdict."""
+        from evalfarm.build.cache import ExtensionCache
+        from evalfarm.guards import ElfError, GuardPolicy, blocking, check_extension_symbols
+
+        if not isinstance(extensions, list):
+            return
+        cache = ExtensionCache(self.cache_dir)
+        policy = GuardPolicy.from_name(guard_policy)
+        for ext in extensions:
+            if not isinstance(ext, dict):
+                continue
+            key, name = str(ext.get("key", "")), str(ext.get("name", ""))
+            if len(key) != 64 or not key.isalnum() or not name.isidentifier():
+                raise Verdicted(Verdict.HACK_DETECTED, "guard worker_protocol: malformed extension report")
+            so = cache.lookup(key, name)  # verified against its recorded hashes
+            private = os.path.join(tmp, CANDIDATE, EXT_DIR, key, f"{name}.so")
+            if so is None and os.path.isfile(private):
+                so = private  # built by the worker for itself (no verified cache entry)
+            if so is None:
+                continue
+            self.extension_files.append(str(so))
+            try:
+                findings = check_extension_symbols(so, policy)
+            except ElfError as err:
+                raise Verdicted(Verdict.INFRA_ERROR, f"cannot read built extension {name}: {err}") from None
+            evidence.static_findings.extend(f.to_dict() for f in findings)
+            blocks = blocking(findings)
+            if blocks:
+                evidence.guards.extend(f"{f.guard}: {f.reason}" for f in blocks)
+                raise Verdicted(Verdict.HACK_DETECTED, f"guard {blocks[0].guard}: {blocks[0].reason}")
