@@ -147,6 +147,7 @@ def run_score(args: argparse.Namespace) -> int:
     from evalfarm.build import BuildPool
     from evalfarm.interrupt import Interrupted
     from evalfarm.judge.diagnose import Diagnostics
+    from evalfarm.result import describe
     from evalfarm.score_progress import PhasePrinter, banner
     from evalfarm.tasks.format import Candidate, read_source
     from evalfarm.tasks.suite import resolve_task
@@ -175,7 +176,7 @@ def run_score(args: argparse.Namespace) -> int:
     if args.json:
         print(result.to_json())
     else:
-        print(scoring.describe(result))
+        print(describe(result))
     return EXIT_FAIL_ON if result.verdict.value in fail_on else 0
 
 

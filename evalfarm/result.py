@@ -185,3 +185,34 @@ class ScoreResult:
 def _known(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in values.items() if k in names}
+
+
+def describe(result: ScoreResult) -> str:
+    """A short human summary of a result."""
+    lines = [f"verdict: {result.verdict.value}"]
+    if result.speedup is not None:
+        lines.append(f"speedup: {result.speedup:.2f}x")
+    t = result.evidence.timing
+    if t is not None:
+        lines.append(f"timing:  {t.rounds} rounds, ref {t.ref_time_us_median:.1f} us, cand {t.cand_time_us_median:.1f} us, "
+                     f"95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}], {'stable' if t.stable else 'UNSTABLE'}")
+        if not t.stable:
+            lines.append(f"         UNSTABLE: the rounds did not settle within the budget (bucket means' relative "
+                         f"variance {t.bucket_variance:.2g}, {t.rounds} rounds), so this score may move from run to "
+                         "run: score again on a quiet host (nothing else using its CPU or GPU), or give it more "
+                         "time (--budget 30)")
+    if result.evidence.device_name:
+        lines.append(f"device:  {result.evidence.device} ({result.evidence.device_name})")
+    if result.detail:
+        lines.append("detail:  " + result.detail.strip().replace("\n", "\n         "))
+    for g in result.evidence.guards:
+        lines.append(f"guard:   {g}")
+    other = result.evidence.other_sizes
+    if other:
+        lines.append(f"sizes:   other size profile {other.get('profile') or '-'}: {other.get('status')} "
+                     f"({other.get('detail', '')})")
+    for kind, diag in result.evidence.diagnostics.items():
+        files = diag.get("files") or ([diag["json"]] if diag.get("json") else [])
+        note = diag.get("note") or diag.get("ncu_note") or ""
+        lines.append(f"{kind}: " + ", ".join(files) + (f" ({note})" if note else ""))
+    return "\n".join(lines)

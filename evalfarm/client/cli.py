@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from evalfarm.client.channel import CHANNEL_OPTIONS, TlsConfig, auth_metadata, read_token_file
 from evalfarm.client.wire import is_draining, options_to_pb, result_from_pb
 from evalfarm.config import ConfigError
+from evalfarm.result import describe
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 from evalfarm.verdict import Verdict
@@ -164,8 +165,6 @@ def run_remote_score(args: argparse.Namespace) -> Verdict | None:
             out["cached"] = True
         print(json.dumps(out))
     else:
-        from evalfarm.scoring import describe
-
         print(describe(result))
         cached = " (cached)" if reply.evidence.cached else ""
         gpu = f", {reply.gpu_name}" if reply.gpu_name else ""

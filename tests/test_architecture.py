@@ -1,0 +1,93 @@
+"""The arrows of docs/architecture.md, kept true: every module's imports (function-level ones
+included) are read from its source, and an import across a forbidden arrow fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SANDBOX = ("evalfarm.bubblewrap", "evalfarm.confine", "evalfarm.seccomp", "evalfarm.cgroup", "evalfarm.lifetime",
+           "evalfarm.procfs", "evalfarm.sandbox", "evalfarm.isolation")
+# What the learner may use of the farm: the client side (docs/architecture.md, "The arrows").
+LEARNER_MAY_USE = ("evalfarm.client", "evalfarm.result", "evalfarm.verdict", "evalfarm.infra_cause",
+                   "evalfarm.config", "evalfarm.tasks", "evalfarm.server.local", "evalfarm.devices",
+                   "evalfarm.isolation", "evalfarm.v1")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """Every absolute module name ``path`` imports: ``from a import b`` is a.b where that is a
+    module of ours, else a (b is a name in a)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                names.add(sub if sub in modules else node.module)
+    return names
+
+
+def _graph() -> dict[str, set[str]]:
+    files = [p for top in ("evalfarm", "learner") for p in (REPO / top).rglob("*.py")]
+    modules = {_module(p) for p in files}
+    return {_module(p): _imports(p, modules) for p in files if "v1" not in p.parts}
+
+
+GRAPH = _graph()
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def crossings(sources: tuple[str, ...], forbidden: tuple[str, ...], allowed: tuple[str, ...] = ()) -> list[str]:
+    """``module -> import`` for every import from a module under ``sources`` into ``forbidden``
+    that is not under ``allowed``."""
+    return sorted(f"{m} -> {name}" for m, names in GRAPH.items() if _under(m, sources)
+                  for name in names if _under(name, forbidden) and not _under(name, allowed))
+
+
+RULES = {
+    "the farm knows nothing of the learner": (("evalfarm",), ("learner",), ()),
+    "the judge never imports the network edge": (("evalfarm.judge",), ("evalfarm.server", "evalfarm.client"), ()),
+    "a client process never loads the daemon's side": (
+        ("evalfarm.client",), ("evalfarm.server", "evalfarm.scoring", "evalfarm.judge", "evalfarm.guards",
+                               "evalfarm.build"), ()),
+    "the sandbox knows nothing of the judge": (SANDBOX, ("evalfarm.judge", "evalfarm.scoring"), ()),
+    "the guards use only the judge's wire frames": (
+        ("evalfarm.guards",), ("evalfarm.judge", "evalfarm.server", "evalfarm.client", "evalfarm.scoring"),
+        ("evalfarm.judge.wire",)),
+}
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_no_import_crosses_a_forbidden_arrow(rule: str) -> None:
+    sources, forbidden, allowed = RULES[rule]
+    assert crossings(sources, forbidden, allowed) == [], rule
+
+
+def test_the_learner_uses_the_farm_as_a_client() -> None:
+    # The bare `evalfarm` package (its version) is allowed; anything else must be listed.
+    bad = [c for c in crossings(("learner",), ("evalfarm",), LEARNER_MAY_USE) if not c.endswith(" -> evalfarm")]
+    assert bad == []
+
+
+def test_the_checker_sees_imports_inside_functions_and_would_catch_a_crossing() -> None:
+    # A check that cannot fail is no check: the graph holds function-level imports, and a judge
+    # module importing the server would be reported.
+    assert "evalfarm.server.local" in GRAPH["learner.farm"]  # imported inside a function there
+    GRAPH["evalfarm.judge.fake_for_this_test"] = {"evalfarm.server.service"}
+    try:
+        assert crossings(("evalfarm.judge",), ("evalfarm.server",)) == [
+            "evalfarm.judge.fake_for_this_test -> evalfarm.server.service"]
+    finally:
+        del GRAPH["evalfarm.judge.fake_for_this_test"]
