@@ -22,7 +22,7 @@ demo: $(STAMP)
 
 # Score the built-in suite's shipped fast and wrong variants of three tasks.
 farm-demo: $(STAMP)
-	$(PY) -m evalfarm.demo
+	$(PY) -m evalfarm.ops.demo
 
 # The whole CPU test suite (GPU tests are skipped without a GPU): TEST_WORKERS pytest-xdist
 # processes, then the tests marked `exclusive` (they check host-wide state or time against a

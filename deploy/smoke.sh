@@ -8,7 +8,7 @@
 # ($SMOKE_DIR, default a fresh one under /tmp), starts the daemon with the shipped farm.toml (on
 # loopback, free ports, the scratch cache), waits for its health, prints `evalfarm status`,
 # scores the built-in fast and wrong variants of L1/1, runs the hostile-tenant drill
-# (python -m evalfarm.hostile_drill) against it with the token, the config and the canary as the
+# (python -m evalfarm.ops.hostile_drill) against it with the token, the config and the canary as the
 # secrets, and drains the daemon. It passes (exit 0) when the daemon reported the strong sandbox,
 # the fast variant was OK, the wrong one was not, and the drill passed; else exit 1.
 #
@@ -92,7 +92,7 @@ run_checks() {
     if [[ "$kind" == fast ]]; then [[ "$verdict" == OK ]]; else [[ "$verdict" != OK && "$verdict" != none ]]; fi
     check "built-in $kind variant of L1/1" $? "$verdict"
   done < <("${PYC[@]}" -c "$VARIANTS" "$DEVICE")
-  "${PYC[@]}" -m evalfarm.hostile_drill --server "127.0.0.1:$GRPC" --token-file "$TOKEN_IN" \
+  "${PYC[@]}" -m evalfarm.ops.hostile_drill --server "127.0.0.1:$GRPC" --token-file "$TOKEN_IN" \
     --secret-file "$TOKEN_IN" --secret-file "$CONFIG_IN" --secret-file "$CANARY_IN"
   check "hostile-tenant drill (token, config, canary)" $? "secrets under $(dirname "$TOKEN_IN")"
 }

@@ -77,8 +77,8 @@ def _add_score_args(p: argparse.ArgumentParser) -> None:
                    help="cache root shared with `evalfarm serve` (builds in <dir>/build; $EVALFARM_CACHE_DIR)")
     p.add_argument("--server", default=None, metavar="HOST:PORT",
                    help="score on farm daemons HOST:PORT (a comma list for a batch) instead of locally")
-    from evalfarm.batch_score import RESULT_TIMEOUT_S
     from evalfarm.client.cli import DEFAULT_REMOTE_TIMEOUT_S, add_connection_arguments
+    from evalfarm.engineer.batch_score import RESULT_TIMEOUT_S
 
     # --token-file, --tls-*, --timeout (with --server)
     add_connection_arguments(p, token=True, timeout_s=f"{DEFAULT_REMOTE_TIMEOUT_S:g} for one candidate; in a batch, "
@@ -182,7 +182,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 def run_batch_score(args: argparse.Namespace, fail_on: set[str]) -> int:
     """``score --candidates``: every sample scored once into --out, then the summary table."""
-    from evalfarm import batch
+    from evalfarm.engineer import batch
 
     if not args.out:
         raise ToolError("--candidates needs --out FILE.jsonl (results are appended there and resumed from)")
@@ -215,15 +215,15 @@ class BatchScorer:
 
     check_task: Callable[[str], object]  # raises for a task that cannot be scored
     score_all: Callable[[list[Any]], Iterator[dict[str, Any]]]
-    identity: Callable[[Any], Any]  # BatchItem -> evalfarm.batch_resume.Identity
+    identity: Callable[[Any], Any]  # BatchItem -> evalfarm.engineer.batch_resume.Identity
     close: Callable[[], None]
 
 
 def _local_batch_scorer(args: argparse.Namespace) -> BatchScorer:
     from evalfarm import score_options
-    from evalfarm.batch_resume import Identity
-    from evalfarm.batch_score import local_scorer
     from evalfarm.build import BuildPool
+    from evalfarm.engineer.batch_resume import Identity
+    from evalfarm.engineer.batch_score import local_scorer
     from evalfarm.tasks.suite import resolve_task
 
     config = score_options.local_config(args)
@@ -262,11 +262,11 @@ def _batch_diagnostics(profile: Path | None, failing: Path | None) -> object:
 
 def _remote_batch_scorer(args: argparse.Namespace) -> BatchScorer:
     from evalfarm import score_options
-    from evalfarm.batch_resume import Identity
-    from evalfarm.batch_score import RESULT_TIMEOUT_S, remote_scorer
     from evalfarm.client import FarmClient
     from evalfarm.client.cli import ToolError as RemoteToolError
     from evalfarm.client.cli import _tls_from, _token_from
+    from evalfarm.engineer.batch_resume import Identity
+    from evalfarm.engineer.batch_score import RESULT_TIMEOUT_S, remote_scorer
     from evalfarm.tasks.suite import resolve_task
     from evalfarm.v1 import evalfarm_pb2 as pb
 

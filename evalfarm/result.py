@@ -89,7 +89,7 @@ class Evidence:
     # ["network namespace", "no process limit: RLIMIT_NPROC not effective: running as root"].
     isolation: list[str] = dataclasses.field(default_factory=list)
     # The sandbox every candidate of this host gets, from the check a daemon makes at start
-    # (evalfarm.isolation.assess): "strong: ..." or "WEAK: <what is missing>", and for a daemon
+    # (evalfarm.sandbox.isolation.assess): "strong: ..." or "WEAK: <what is missing>", and for a daemon
     # that serves anyway, "(served with --allow-weak-sandbox)".
     sandbox: str = ""
     # The physical-floor gate (GPU only, evalfarm.judge.floor.physical_floor): {"applied",

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evalfarm import isolation, other_sizes, reverify
+from evalfarm import other_sizes, reverify
 from evalfarm.build import BuildPool, BuildReport
 from evalfarm.build.hook import uses_inline_extensions
 from evalfarm.config import ScoreConfig
@@ -35,6 +35,7 @@ from evalfarm.judge.diagnose import Diagnostics
 from evalfarm.judge.standby import JudgeProcess, WarmJudges
 from evalfarm.judge.task_facts import TaskFacts, task_key
 from evalfarm.result import Evidence, ScoreResult
+from evalfarm.sandbox import isolation
 from evalfarm.tasks.format import Candidate, Task, load_candidate_file, parse_candidate, parse_task
 from evalfarm.tasks.suite import resolve_task
 from evalfarm.verdict import Verdict

@@ -141,9 +141,9 @@ LOCAL_SANDBOX = ("best", "strong")
 
 def local_weak_sandbox(device: str, policy: str) -> bool:
     """Whether local daemons for ``device`` start with --allow-weak-sandbox: only where this host
-    cannot give the strong sandbox (evalfarm.isolation, the check the daemon itself makes) and
+    cannot give the strong sandbox (evalfarm.sandbox.isolation, the check the daemon itself makes) and
     ``policy`` is "best", which logs what is missing; "strong" raises FarmError with it instead."""
-    from evalfarm import isolation
+    from evalfarm.sandbox import isolation
 
     found = isolation.assess(device)
     if found.strong:

@@ -29,9 +29,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evalfarm import bubblewrap  # noqa: E402
 from evalfarm.build import BuildPool  # noqa: E402
 from evalfarm.config import ScoreConfig  # noqa: E402
+from evalfarm.sandbox import bubblewrap  # noqa: E402
 from evalfarm.scoring import as_candidate, as_task, score  # noqa: E402
 from evalfarm.verdict import Verdict  # noqa: E402
 

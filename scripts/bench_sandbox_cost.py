@@ -2,7 +2,7 @@
 """The sandbox's cost per candidate: the same evaluation under each worker sandbox setting.
 
 Settings (``--settings``, default all three where bubblewrap is usable):
-* ``bubblewrap``: EVALFARM_SANDBOX=bubblewrap (evalfarm.bubblewrap);
+* ``bubblewrap``: EVALFARM_SANDBOX=bubblewrap (evalfarm.sandbox.bubblewrap);
 * ``builtin``: EVALFARM_SANDBOX=builtin, the fallback (as root: own PID, mount and network
   namespaces, uid 65534; not root: what the host allows);
 * ``off``: builtin with EVALFARM_WORKER_PIDNS=0, EVALFARM_WORKER_NETNS=0, EVALFARM_SANDBOX_UID=off.
@@ -57,7 +57,7 @@ def main() -> int:
         if unknown:
             ap.error(f"unknown settings {unknown}; expected some of {list(SETTINGS)}")
     else:
-        from evalfarm import bubblewrap
+        from evalfarm.sandbox import bubblewrap
 
         usable = bubblewrap.selected()[0] is not None if bubblewrap.mode() != "builtin" else False
         names = [n for n in SETTINGS if n != "bubblewrap" or usable]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Before a test run: bubblewrap, so that the tests exercise the sandbox a farm daemon requires
-# (evalfarm.isolation). Installs it where this machine lets us (apt-get as root, or with sudo
+# (evalfarm.sandbox.isolation). Installs it where this machine lets us (apt-get as root, or with sudo
 # that needs no password); says loudly where it cannot, and what the run then does not test.
 # Never fails the run itself: the tests decide what they can check (tests/sandbox_under_test.py).
 #   bash scripts/ensure_bubblewrap.sh [PYTHON]
@@ -19,7 +19,7 @@ if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; the
   fi
 fi
 "$PY" - <<'PYEOF'
-from evalfarm import isolation
+from evalfarm.sandbox import isolation
 
 found = isolation.assess("cpu")
 if found.strong:

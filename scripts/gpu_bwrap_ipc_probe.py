@@ -34,7 +34,7 @@ except Exception as err:
 """
 # After the attach: cover /dev/shm as the worker does, and check the tensor still reads right.
 COVER = """
-from evalfarm import confine
+from evalfarm.sandbox import confine
 confine.cover_host_shm(64 << 20)
 import os
 assert os.listdir("/dev/shm") == []
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from evalfarm import bubblewrap, confine
+    from evalfarm.sandbox import bubblewrap, confine
 
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to probe")

@@ -1,6 +1,6 @@
 """Does a process's speculation mitigation slow the host side of short calls? A side-by-side probe.
 
-The farm's workers install a seccomp filter (evalfarm.seccomp). On kernels whose
+The farm's workers install a seccomp filter (evalfarm.sandbox.seccomp). On kernels whose
 ``spec_store_bypass_disable`` / ``spectre_v2_user`` default is ``seccomp``, a filter installed
 without ``SECCOMP_FILTER_FLAG_SPEC_ALLOW`` also turns on Speculative Store Bypass Disable (and
 STIBP/IBPB) for the process, which slows all of its CPU code, the launches of a GPU call included.
@@ -37,7 +37,7 @@ SECCOMP_FILTER_FLAG_SPEC_ALLOW = 1 << 2
 
 def apply(setting: str) -> str:
     """Put this process in ``setting``; what went wrong, or ""."""
-    from evalfarm import seccomp
+    from evalfarm.sandbox import seccomp
 
     libc = ctypes.CDLL(None, use_errno=True)
     if setting == "seccomp":

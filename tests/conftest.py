@@ -131,10 +131,10 @@ def _exclusive_when_marked(request: pytest.FixtureRequest):
 @pytest.fixture
 def tmp_path(tmp_path: Path) -> Path:
     """pytest's ``tmp_path``, reachable by the farm's workers. Run as root, a worker drops to an
-    unprivileged uid (evalfarm.confine) and could not write files that a test's candidate uses
+    unprivileged uid (evalfarm.sandbox.confine) and could not write files that a test's candidate uses
     to report what it saw (pytest makes its directories 0700): the test directory is opened to
     every user, and its parents up to the temp root made traversable (pytest-of-<user>, pytest-N,
-    and under xdist popen-gwN: a worker masks a directory it cannot traverse, evalfarm.confine)."""
+    and under xdist popen-gwN: a worker masks a directory it cannot traverse, evalfarm.sandbox.confine)."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         temp_root = Path(tempfile.gettempdir()).resolve()
         for parent in tmp_path.resolve().parents:

@@ -1,6 +1,6 @@
 """The sandbox this test run's candidates get, and what the tests that start daemons do about it.
 
-A daemon refuses to serve candidates without the strong sandbox (evalfarm.isolation). Where this
+A daemon refuses to serve candidates without the strong sandbox (evalfarm.sandbox.isolation). Where this
 host has it (bubblewrap; `make test` and `.ci/run` install it where they can), every daemon a test
 starts runs with it. Where it has not, the tests that start daemons opt out explicitly with
 ``DAEMON_ARGS`` (``--allow-weak-sandbox``), and the run says so at its start and at its end
@@ -9,7 +9,7 @@ starts runs with it. Where it has not, the tests that start daemons opt out expl
 
 from __future__ import annotations
 
-from evalfarm import isolation
+from evalfarm.sandbox import isolation
 
 SANDBOX = isolation.assess("cpu")
 # Added to the command line of every daemon the tests start: empty where the strong sandbox is here.

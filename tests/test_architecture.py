@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SANDBOX = ("evalfarm.bubblewrap", "evalfarm.confine", "evalfarm.seccomp", "evalfarm.cgroup", "evalfarm.lifetime",
-           "evalfarm.procfs", "evalfarm.sandbox", "evalfarm.isolation")
+SANDBOX = ("evalfarm.sandbox",)
 # What the learner may use of the farm: the client side (docs/architecture.md, "The arrows").
 LEARNER_MAY_USE = ("evalfarm.client", "evalfarm.result", "evalfarm.verdict", "evalfarm.infra_cause",
                    "evalfarm.config", "evalfarm.tasks", "evalfarm.server.local", "evalfarm.devices",
-                   "evalfarm.isolation", "evalfarm.v1")
+                   "evalfarm.sandbox.isolation", "evalfarm.v1")
 
 
 def _module(path: Path) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm import batch
+from evalfarm.engineer import batch
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -141,9 +141,9 @@ def test_cli_conventions(tmp_path):
 def test_local_batch_builds_every_extension_ahead(tmp_path):
     """The first sample (no extension) is scored while the second sample's build already runs in the
     pool: builds do not wait for their turn at the judge."""
-    from evalfarm.batch_score import local_scorer
     from evalfarm.build import BuildPool
     from evalfarm.config import ScoreConfig
+    from evalfarm.engineer.batch_score import local_scorer
     from evalfarm.tasks.suite import resolve_task
 
     items = [batch.BatchItem(task=str(DATA / "task_scale.py"), source=(DATA / f).read_text(), sample_id=sid)

@@ -1,4 +1,4 @@
-"""The bubblewrap sandbox (evalfarm.bubblewrap): its command line, and what a process inside sees.
+"""The bubblewrap sandbox (evalfarm.sandbox.bubblewrap): its command line, and what a process inside sees.
 
 The tests that start a real sandbox skip where ``bwrap`` is missing or cannot start one here.
 """
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from evalfarm import bubblewrap, confine
+from evalfarm.sandbox import bubblewrap, confine
 
 BWRAP, WHY_NOT = (None, "")
 try:
@@ -282,7 +282,7 @@ def test_a_compiler_outside_usr_runs_inside_the_build_sandbox(tmp_path, monkeypa
 
 COVER = r"""
 import json, os, sys
-from evalfarm import confine
+from evalfarm.sandbox import confine
 out = {"before": sorted(os.listdir("/dev/shm"))}
 out["notes"] = confine.cover_host_shm(4 << 20)
 out["after"] = sorted(os.listdir("/dev/shm"))

@@ -90,8 +90,8 @@ def test_ncu_target_runs_the_candidate_once_profiled(data_dir, tmp_path):
 
 
 def test_cli_diagnostics_paths_single_and_batch(tmp_path):
-    from evalfarm.batch import BatchItem
     from evalfarm.cli import _batch_diagnostics, _diagnostics_root, build_parser
+    from evalfarm.engineer.batch import BatchItem
 
     parse = build_parser().parse_args
     single = parse(["score", "--task", "L1/1", "--candidate", "c.py", "--profile"])

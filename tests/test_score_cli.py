@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm import batch, batch_resume
-from evalfarm.batch_resume import Identity
 from evalfarm.cli import build_parser, main
 from evalfarm.config import ScoreConfig
-from evalfarm.result import Evidence, ScoreResult, TimingEvidence
+from evalfarm.engineer import batch, batch_resume
+from evalfarm.engineer.batch_resume import Identity
+from evalfarm.result import Evidence, ScoreResult, TimingEvidence, describe
 from evalfarm.score_progress import PhasePrinter
-from evalfarm.scoring import describe
 from evalfarm.server.cli import DEFAULTS
 from evalfarm.verdict import Verdict
 from tests.service.conftest import descendants, process_state

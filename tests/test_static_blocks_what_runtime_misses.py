@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm import ScoreConfig, Verdict, bubblewrap, cgroup
+from evalfarm import ScoreConfig, Verdict
 from evalfarm.result import ScoreResult
+from evalfarm.sandbox import bubblewrap, cgroup
 from evalfarm.scoring import as_candidate, as_task, score
 
 RUNTIME = Path(__file__).parent / "adversarial" / "runtime"

@@ -40,17 +40,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from evalfarm import bubblewrap, cgroup, confine, lifetime, sandbox
+from evalfarm import sandbox
 from evalfarm.build import includes
 from evalfarm.build.cache import CacheTampered, ExtensionCache, extension_key
 from evalfarm.build.hook import error_type, truncate, uses_inline_extensions
+from evalfarm.sandbox import bubblewrap, cgroup, confine, lifetime
 
 log = logging.getLogger(__name__)
 # /tmp and /dev/shm of a build child inside bubblewrap (its compiler's temporary files go to its
 # run directory, TMPDIR, on the host's disk).
 BUILD_SCRATCH_BYTES = 256 << 20
 # A build child's processes together (the runner, candidate code imported by discover, ninja, the
-# compilers), where the host lets the pool make a cgroup (evalfarm.cgroup): each compiler also
+# compilers), where the host lets the pool make a cgroup (evalfarm.sandbox.cgroup): each compiler also
 # has a 16 GiB address-space limit, which alone does not bound a tree of them.
 BUILD_MEMORY_BYTES = 16 << 30
 # How often a waiting build checks whether its cgroup's OOM killer acted.
@@ -279,7 +280,7 @@ class BuildPool:
         return cg
 
     def _sandboxed(self, argv: list[str], tmp: str, extra: dict[str, str]) -> list[str]:
-        """``argv`` inside bubblewrap where the host has it (evalfarm.bubblewrap; the runner's own
+        """``argv`` inside bubblewrap where the host has it (evalfarm.sandbox.bubblewrap; the runner's own
         namespaces otherwise): the run directory writable; system, Python, torch, the evalfarm
         package and the toolchains read-only; nothing else of the host (not the extension cache,
         which the pool alone reads, nor the daemon's token, TLS key, config or result cache). Run by

@@ -27,11 +27,10 @@ import traceback
 
 def _isolate(request: dict) -> list[str]:
     """Before anything else (one thread): candidate code may run here (``discover``), so no
-    network, and every process it starts dies with this one (evalfarm.confine). Returns in a
+    network, and every process it starts dies with this one (evalfarm.sandbox.confine). Returns in a
     forked child when a PID namespace was had. Run by root, it then goes on as the unprivileged
     uid workers use (its directory handed to that uid first), before any candidate input is read."""
-    from evalfarm import bubblewrap, confine
-    from evalfarm.sandbox import Limits, apply_limits
+    from evalfarm.sandbox import Limits, apply_limits, bubblewrap, confine
 
     confine.die_with_parent()
     notes = confine.enter_sandbox()
@@ -42,7 +41,7 @@ def _isolate(request: dict) -> list[str]:
         private = bool(os.environ.get(bubblewrap.INSIDE_ENV)) or confine.PRIVATE_MOUNTS
         notes += confine.drop_privileges(*who, writable=[os.getcwd()],
                                          needed=confine.needed_paths() if private else [])
-    from evalfarm import seccomp
+    from evalfarm.sandbox import seccomp
 
     return [*notes, seccomp.install()]
 

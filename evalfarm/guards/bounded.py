@@ -40,7 +40,7 @@ from typing import Any
 from evalfarm.guards.findings import CandidateSyntaxError, Finding
 from evalfarm.guards.policy import GuardPolicy
 from evalfarm.judge import wire
-from evalfarm.procfs import stat_fields
+from evalfarm.sandbox.procfs import stat_fields
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ default: ``EVALFARM_PIN_CORES=1`` turns it on, for hosts where it measures bette
 
 The cores come from the judge's allowed set, three per GPU index, so the slots of a daemon on a
 host with 3 x GPUs cores or more do not share. CPU evaluations are never pinned (their workers'
-threads share a quota, evalfarm.cgroup).
+threads share a quota, evalfarm.sandbox.cgroup).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable
 
-from evalfarm.procfs import cmdline
+from evalfarm.sandbox.procfs import cmdline
 
 LEASE_DIR_ENV = "EVALFARM_LEASE_DIR"
 DEFAULT_LEASE_DIR = "/tmp/evalfarm-gpu-leases"

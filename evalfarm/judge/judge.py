@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evalfarm import bubblewrap, lifetime, sandbox
+from evalfarm import sandbox
 from evalfarm.compare import Comparison, flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import dram_peak, nvml_clock_reader
@@ -77,6 +77,7 @@ from evalfarm.judge.state import set_clean_state
 from evalfarm.judge.timed_blocks import WARMUP_CALLS, TimedPair
 from evalfarm.judge.workers import StartedWorkers, _visible, start_workers
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
+from evalfarm.sandbox import bubblewrap, lifetime
 from evalfarm.tasks.format import Task
 from evalfarm.timing import bucket_stats, conservative_round, decide
 from evalfarm.verdict import Verdict

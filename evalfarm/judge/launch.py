@@ -21,9 +21,9 @@ from typing import Any
 def main(argv: list[str] | None = None) -> None:
     from multiprocessing.connection import Connection
 
-    from evalfarm import bubblewrap, confine
     from evalfarm.judge import cpu_pinning, wire
     from evalfarm.judge.workers import StartedWorkers, start_workers
+    from evalfarm.sandbox import bubblewrap, confine
 
     logging.basicConfig(level=os.environ.get("EVALFARM_LOG_LEVEL", "WARNING"))
     # Dies with its caller; not dumpable (no other uid reads its memory or environment); orphans

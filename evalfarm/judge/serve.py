@@ -22,12 +22,13 @@ from typing import Any
 
 import torch
 
-from evalfarm import lifetime, sandbox
+from evalfarm import sandbox
 from evalfarm.judge import wire
 from evalfarm.judge.judge import Judge
 from evalfarm.judge.memory_plan import warm_meta
 from evalfarm.judge.workers import StartedWorkers
 from evalfarm.result import ScoreResult
+from evalfarm.sandbox import lifetime
 from evalfarm.verdict import Verdict
 
 log = logging.getLogger("evalfarm.judge")

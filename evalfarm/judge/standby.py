@@ -25,9 +25,10 @@ import time
 from collections import deque
 from typing import Any
 
-from evalfarm import lifetime, sandbox
+from evalfarm import sandbox
 from evalfarm.judge import wire
 from evalfarm.judge.task_facts import TaskFacts
+from evalfarm.sandbox import lifetime
 
 log = logging.getLogger(__name__)
 

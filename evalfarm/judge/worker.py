@@ -53,8 +53,8 @@ import time
 import traceback
 from typing import Any
 
-from evalfarm.bubblewrap import INSIDE_ENV, SHM_ENV
 from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, WARM_ENV
+from evalfarm.sandbox.bubblewrap import INSIDE_ENV, SHM_ENV
 
 # Trusted primitives, bound before any task or candidate code can rebind them.
 _perf_ns = time.perf_counter_ns
@@ -76,9 +76,9 @@ def _die_with_parent() -> None:
 
 
 def _drop_privileges(init: dict[str, Any]) -> list[str]:
-    """A root worker goes on as an unprivileged uid (evalfarm.confine); its own directory is
+    """A root worker goes on as an unprivileged uid (evalfarm.sandbox.confine); its own directory is
     handed to it, the interpreter, the project and the extension cache stay reachable (read-only)."""
-    from evalfarm import confine
+    from evalfarm.sandbox import confine
 
     covered = []
     if os.environ.get(SHM_ENV):  # inside bubblewrap with the host's /dev/shm: cover it first
@@ -239,7 +239,7 @@ class Worker:
             self.isolation += dropped
         except OSError as err:
             self.fail("infra", f"the worker could not drop its privileges: {err}")
-        from evalfarm import seccomp
+        from evalfarm.sandbox import seccomp
 
         self.isolation.append(seccomp.install())  # every thread, before any task or candidate code
         flush_bytes = int(init.get("flush_bytes", 0))
@@ -646,9 +646,8 @@ def main() -> None:
     _die_with_parent()
     fd = int(sys.argv[1])
     # First, while this process has a single thread (namespaces are per thread). With a PID
-    # namespace, the rest of main() runs in a forked process inside it (evalfarm.confine).
-    from evalfarm import confine
-    from evalfarm.sandbox import isolate_process
+    # namespace, the rest of main() runs in a forked process inside it (evalfarm.sandbox.confine).
+    from evalfarm.sandbox import confine, isolate_process
 
     isolation = confine.enter_sandbox()
     isolation += isolate_process(network=False)

@@ -13,11 +13,12 @@ import signal
 import subprocess
 from typing import Any
 
-from evalfarm import bubblewrap, cgroup, confine, sandbox
+from evalfarm import sandbox
 from evalfarm.judge import cpu_pinning, wire
 from evalfarm.judge.memfd import new_arena_fd
 from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, STAGED_CACHE, WARM_ENV
-from evalfarm.procfs import stat_fields
+from evalfarm.sandbox import bubblewrap, cgroup, confine
+from evalfarm.sandbox.procfs import stat_fields
 
 
 class WorkerHandle:
@@ -57,7 +58,7 @@ class WorkerHandle:
         if bwrap is not None:
             for name in KEPT_DIRS:
                 os.makedirs(os.path.join(tmp, name), exist_ok=True)
-            # CUDA arenas are attached through files in the host's /dev/shm (see evalfarm.bubblewrap).
+            # CUDA arenas are attached through files in the host's /dev/shm (see evalfarm.sandbox.bubblewrap).
             host_shm = device.startswith("cuda") and bubblewrap.gpu_shm_handover()
             view = bubblewrap.WorkerView(  # never the daemon's caches, config, token or TLS key
                 own_dir=tmp, scratch_bytes=scratch_bytes, keep=KEPT_DIRS,

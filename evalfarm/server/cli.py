@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm.build.cache import DEFAULT_CACHE_DIR
-from evalfarm.logformat import FORMATS, setup_logging
 from evalfarm.server.config import (
     DEFAULT_MAX_SOURCE_BYTES,
     ServerConfig,
@@ -25,6 +24,7 @@ from evalfarm.server.config import (
     load_tokens,
 )
 from evalfarm.server.gpus import gpu_names, gpu_uuids, nvml_missing, parse_gpu_list
+from evalfarm.server.logformat import FORMATS, setup_logging
 
 log = logging.getLogger("evalfarm.server")
 

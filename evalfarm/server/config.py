@@ -51,7 +51,7 @@ class ServerConfig:
     host_label: str = dataclasses.field(default_factory=socket.gethostname)
     fault_threshold: int = 3  # faults in a row that take a slot out of service (0: never)
     probe_interval_s: float = 60.0  # first retry of a failed known-good probe
-    # Serve even where candidates cannot have the strong sandbox (evalfarm.isolation); every
+    # Serve even where candidates cannot have the strong sandbox (evalfarm.sandbox.isolation); every
     # result's evidence and the Capacity answer then say so.
     allow_weak_sandbox: bool = False
 

@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from evalfarm import bubblewrap, cgroup, isolation, lifetime
+from evalfarm.sandbox import bubblewrap, cgroup, isolation, lifetime
 from evalfarm.server import lenient
 from evalfarm.server.auth import BearerTokenInterceptor
 from evalfarm.server.cache import ResultCache

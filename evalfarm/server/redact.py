@@ -14,8 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from evalfarm import lifetime
-from evalfarm.sandbox import project_root
+from evalfarm.sandbox import lifetime, project_root
 from evalfarm.v1 import evalfarm_pb2 as pb
 
 # Too general to name anything of this host's own: left as they are.

@@ -101,7 +101,7 @@ class FarmService(pb_grpc.EvalFarmServicer):
         sandbox: Any = None,
     ) -> None:
         self.config = config
-        # What the start-up check found (an evalfarm.isolation.Isolation; None for a backend that
+        # What the start-up check found (an evalfarm.sandbox.isolation.Isolation; None for a backend that
         # runs no candidate code): said in Capacity and in every result's evidence.
         self.sandbox_note = "" if sandbox is None else sandbox.summary() + (
             "" if sandbox.strong else " (served with --allow-weak-sandbox)")

@@ -9,8 +9,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from evalfarm import ScoreConfig, bubblewrap
+from evalfarm import ScoreConfig
 from evalfarm.result import ScoreResult
+from evalfarm.sandbox import bubblewrap
 from evalfarm.scoring import as_candidate, as_task, score
 
 RUNTIME = Path(__file__).parent / "runtime"

@@ -1,4 +1,4 @@
-"""Per-worker cgroups (evalfarm.cgroup): a memory total across a candidate's processes, one kill,
+"""Per-worker cgroups (evalfarm.sandbox.cgroup): a memory total across a candidate's processes, one kill,
 nothing left behind. Skipped where this host lets no cgroup be made (not root, no delegation)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import time
 import pytest
 from attack_scoring import RUNTIME, score_attack
 
-from evalfarm import ScoreConfig, Verdict, cgroup
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.sandbox import cgroup
 from evalfarm.scoring import as_task
 
 _probe, WHY_NOT = cgroup.create("probe")

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from attack_scoring import RUNTIME, own_network_namespace, score_attack, stale_memory_attack
 
-from evalfarm import ScoreConfig, Verdict, bubblewrap
+from evalfarm import ScoreConfig, Verdict
 from evalfarm.result import ScoreResult
+from evalfarm.sandbox import bubblewrap
 from evalfarm.scoring import as_task
 
 QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=1.0, min_timed_rounds=35)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from attack_scoring import score_attack
 
-from evalfarm import ScoreConfig, Verdict, bubblewrap, lifetime
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.sandbox import bubblewrap, lifetime
 from evalfarm.scoring import as_task
 
 QUICK = ScoreConfig(num_correctness_inputs=10, timing_budget_s=0.5, min_timed_rounds=14, check_other_sizes=False)
@@ -106,7 +107,7 @@ def test_candidate_finds_no_secret_in_its_or_its_parents_environment(task, build
 @pytest.mark.parametrize("sandbox_mode", ["auto", "builtin"])
 def test_root_worker_sees_no_judge_and_runs_unprivileged(task, build_pool, planted, sandbox_mode, monkeypatch):
     # Finding 4: the judge's memory and environment; the worker's parents in /proc.
-    # "auto" is bubblewrap where the host has it; "builtin" is the fallback (evalfarm.confine).
+    # "auto" is bubblewrap where the host has it; "builtin" is the fallback (evalfarm.sandbox.confine).
     monkeypatch.setenv(bubblewrap.MODE_ENV, sandbox_mode)
     secret, token = planted
     r = score_attack(task, SNOOP.replace("TOKEN_PATH", repr(str(token))), build_pool, QUICK)
@@ -232,7 +233,7 @@ def test_a_detached_process_dies_with_the_verdict_and_no_file_is_left(task, buil
 def test_sweep_removes_only_run_directories_whose_owner_is_gone(tmp_path):
     alive = lifetime.RunDir("eval", root=str(tmp_path))
     dead_root = tmp_path / "dead"
-    code = ("import sys, os; from evalfarm import lifetime; r = lifetime.RunDir('eval', root=sys.argv[1]); "
+    code = ("import sys, os; from evalfarm.sandbox import lifetime; r = lifetime.RunDir('eval', root=sys.argv[1]); "
             "open(os.path.join(r.path, 'big'), 'wb').write(b'x' * 1000); print(r.path); "
             "sys.stdout.flush(); os._exit(0)")
     dead_root.mkdir()

@@ -1,4 +1,4 @@
-"""The seccomp filter (evalfarm.seccomp): its program, run through a small classic-BPF interpreter
+"""The seccomp filter (evalfarm.sandbox.seccomp): its program, run through a small classic-BPF interpreter
 for both architectures, and the filter installed for real in a child process."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from attack_scoring import RUNTIME, score_attack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evalfarm import ScoreConfig, Verdict, seccomp
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.sandbox import seccomp
 from evalfarm.scoring import as_task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ def test_any_other_call_is_allowed(nr, machine):
 
 CHILD = r"""
 import ctypes, errno, json, os, subprocess, threading
-from evalfarm import seccomp
+from evalfarm.sandbox import seccomp
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 nr = seccomp.ARCHES[__import__("platform").machine()][2]

@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 from attack_scoring import host_channel, score_attack
 
-from evalfarm import ScoreConfig, Verdict, confine, hostile_drill, isolation
+from evalfarm import ScoreConfig, Verdict
+from evalfarm.ops import hostile_drill
 from evalfarm.result import ScoreResult
+from evalfarm.sandbox import confine, isolation
 from evalfarm.scoring import as_task
 
 QUICK = ScoreConfig(num_correctness_inputs=10, timing_budget_s=0.5, min_timed_rounds=14, check_other_sizes=False)

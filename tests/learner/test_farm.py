@@ -181,7 +181,7 @@ def test_farm_over_tls_and_bad_tls_settings(daemon_factory, pki, tmp_path):
 def test_local_daemons_run_weak_only_where_the_host_has_no_strong_sandbox(tmp_path, monkeypatch, caplog):
     """A local farm scores this run's own samples on loopback: where the host cannot give the
     strong sandbox, "best" starts its daemons weak and says what is missing; "strong" refuses."""
-    from evalfarm import isolation
+    from evalfarm.sandbox import isolation
     from learner.farm import local_weak_sandbox
 
     assert local_weak_sandbox("cpu", "best") is (not isolation.assess("cpu").strong)

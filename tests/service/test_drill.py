@@ -1,4 +1,4 @@
-"""The operator's fault drill (evalfarm.drill) on CPU: three faults under a stream, every check passes."""
+"""The operator's fault drill (evalfarm.ops.drill) on CPU: three faults under a stream, every check passes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from evalfarm import drill
+from evalfarm.ops import drill
 from tests.sandbox_under_test import DAEMON_ARGS
 
 

@@ -1,4 +1,4 @@
-"""The operator's hostile-tenant drill (evalfarm.hostile_drill) against real daemons: it passes
+"""The operator's hostile-tenant drill (evalfarm.ops.hostile_drill) against real daemons: it passes
 against the strong sandbox, and it fails, naming the file, where a secret does cross."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from evalfarm import bubblewrap, confine, hostile_drill
 from evalfarm.client.channel import auth_metadata
+from evalfarm.ops import hostile_drill
+from evalfarm.sandbox import bubblewrap, confine
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 from tests.sandbox_under_test import SANDBOX

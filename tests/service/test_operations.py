@@ -15,10 +15,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from evalfarm.logformat import JsonFormatter, LogfmtFormatter, setup_logging, structured_fields
 from evalfarm.server.cli import add_serve_arguments, config_from_args, run_serve
 from evalfarm.server.config import ServerConfigError
 from evalfarm.server.daemon import slot_health_name
+from evalfarm.server.logformat import (
+    JsonFormatter,
+    LogfmtFormatter,
+    setup_logging,
+    structured_fields,
+)
 from evalfarm.server.slot_health import FAULT_INJECTION_ENV
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc

@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from evalfarm import bubblewrap, confine, isolation
 from evalfarm.client.cli import run_status
+from evalfarm.sandbox import bubblewrap, confine, isolation
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.v1 import evalfarm_pb2_grpc as pb_grpc
 from tests.service.conftest import REPO, descendants, request, wait_until
@@ -40,7 +40,7 @@ def _env_without_bwrap(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, "PATH": str(empty), "PYTHONPATH": str(REPO), "HOME": str(tmp_path), **extra}
 
 
-# -- the check itself (evalfarm.isolation) ------------------------------------------------------
+# -- the check itself (evalfarm.sandbox.isolation) ------------------------------------------------------
 
 def test_without_bwrap_the_sandbox_is_weak_and_the_fix_is_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from evalfarm import lifetime
+from evalfarm.sandbox import lifetime
 from evalfarm.v1 import evalfarm_pb2 as pb
 from tests.service.conftest import descendants, process_state, request, wait_until
 

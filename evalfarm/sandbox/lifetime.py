@@ -22,7 +22,7 @@ import tempfile
 import time
 import uuid
 
-from evalfarm.procfs import stat_fields
+from evalfarm.sandbox.procfs import stat_fields
 
 log = logging.getLogger(__name__)
 

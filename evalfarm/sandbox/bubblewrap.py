@@ -1,7 +1,7 @@
 """Bubblewrap: the sandbox a candidate worker runs in where the host has ``bwrap``.
 
 ``EVALFARM_SANDBOX`` chooses: ``auto`` (the default) uses bubblewrap when ``bwrap`` is on the
-PATH and a trial sandbox starts, and otherwise the built-in fallback (``evalfarm.confine``);
+PATH and a trial sandbox starts, and otherwise the built-in fallback (``evalfarm.sandbox.confine``);
 ``bubblewrap`` requires it (an evaluation fails with INFRA_ERROR naming why when it cannot be
 had); ``builtin`` never uses it. Workers that use a GPU get bubblewrap under ``auto`` when the
 daemon runs as root and workers switch to an unprivileged uid (the ``/dev/shm`` hand-over below
@@ -221,7 +221,7 @@ def _probe(bwrap: str, euid: int) -> str:
 def gpu_shm_handover() -> bool:
     """Whether a CUDA worker can have the host's /dev/shm until its arenas are attached and cover
     it afterwards: only a root daemon whose workers switch to an unprivileged uid."""
-    from evalfarm.confine import target_identity
+    from evalfarm.sandbox.confine import target_identity
 
     return os.geteuid() == 0 and target_identity() is not None
 

@@ -1,7 +1,7 @@
 """Which isolation this host gives a candidate: one check, read by the daemon at start, by every
 result's evidence and by ``evalfarm status``.
 
-The farm's *strong* sandbox is bubblewrap (``evalfarm.bubblewrap``) around every process that
+The farm's *strong* sandbox is bubblewrap (``evalfarm.sandbox.bubblewrap``) around every process that
 runs or compiles candidate code (the build's discover and compile children, the candidate
 worker), with all three of:
 
@@ -12,7 +12,7 @@ worker), with all three of:
   needs to switch to an unprivileged uid (65534, ``EVALFARM_SANDBOX_UID``), which it does
   before any candidate code runs; run by another user, a user namespace without capabilities.
 
-Anything less is *weak*: the built-in fallback (``evalfarm.confine``) shares the host's
+Anything less is *weak*: the built-in fallback (``evalfarm.sandbox.confine``) shares the host's
 filesystem, and without root it has no namespaces and no uid change at all, so a candidate reads
 what the daemon's user can read. ``assess`` says which, and for a weak sandbox what is missing and
 how to fix it, in one line. The daemon refuses to start on a weak sandbox unless told otherwise
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from evalfarm import bubblewrap, confine
+from evalfarm.sandbox import bubblewrap, confine
 
 # Where an operator reads how to get the strong sandbox on each kind of host.
 DOCS = 'docs/operations.md, "Isolation"'

@@ -14,7 +14,7 @@ BASELINES = ("compile",)
 
 _COMPILE_WRAPPER = '''
 
-# --- baseline: the task's Model under torch.compile (evalfarm.baseline) ---
+# --- baseline: the task's Model under torch.compile (evalfarm.engineer.baseline) ---
 class ModelNew(nn.Module):
     def __init__(self, *args, **kwargs):
         super().__init__()

@@ -201,9 +201,9 @@ def own_network() -> bool:
 
 def enter_sandbox() -> list[str]:
     """The namespaces of a process that runs candidate code (worker, build runner): bubblewrap's
-    when the process was started inside it (``evalfarm.bubblewrap``), otherwise our own
+    when the process was started inside it (``evalfarm.sandbox.bubblewrap``), otherwise our own
     (``enter_namespaces``); the notes for the evidence. Call first, with one thread."""
-    from evalfarm.bubblewrap import INSIDE_ENV, NOTE_ENV
+    from evalfarm.sandbox.bubblewrap import INSIDE_ENV, NOTE_ENV
 
     if os.environ.get(INSIDE_ENV):  # bubblewrap made the namespaces and the filesystem
         return [os.environ[INSIDE_ENV]]

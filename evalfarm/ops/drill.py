@@ -1,6 +1,6 @@
 """An operator's fault drill: kill a worker, a judge and a whole daemon under a streaming client.
 
-    python -m evalfarm.drill --device cpu --candidates 12          # or --device cuda on a GPU host
+    python -m evalfarm.ops.drill --device cpu --candidates 12          # or --device cuda on a GPU host
 
 Two local daemons (evalfarm.server.local, one slot each) share a private temp root and build
 cache; one FarmClient streams a mix of built-in candidates (fast, wrong and identical variants,
@@ -33,12 +33,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from evalfarm import lifetime
 from evalfarm.bench_daemon import build_stream
-from evalfarm.procfs import cmdline, stat_fields
+from evalfarm.sandbox import lifetime
+from evalfarm.sandbox.procfs import cmdline, stat_fields
 from evalfarm.server.local import LocalDaemon, LocalDaemonError
 
-log = logging.getLogger("evalfarm.drill")
+log = logging.getLogger("evalfarm.ops.drill")
 
 # Processes by their command line: a judge is started through its launcher.
 JUDGE, WORKER = "evalfarm.judge.launch", "evalfarm.judge.worker"

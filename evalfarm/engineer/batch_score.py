@@ -1,6 +1,6 @@
 """Where a batch's samples are scored: in this process's judges (local) or on farm daemons (remote).
 
-Each returns a ``score_all(items) -> Iterator[row]`` for ``evalfarm.batch.run_batch``. With a
+Each returns a ``score_all(items) -> Iterator[row]`` for ``evalfarm.engineer.batch.run_batch``. With a
 baseline, the baseline candidate of each task is scored once, and each OK row gets the candidate's
 speedup over it (``speedup_vs_<baseline>``) and the baseline's own result (``baseline``).
 """
@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from evalfarm.baseline import compile_candidate, speedup_vs
-from evalfarm.batch import BatchItem, result_row
 from evalfarm.config import ScoreConfig
+from evalfarm.engineer.baseline import compile_candidate, speedup_vs
+from evalfarm.engineer.batch import BatchItem, result_row
 from evalfarm.judge.standby import WarmJudges
 from evalfarm.result import ScoreResult
 from evalfarm.tasks.format import Candidate, Task

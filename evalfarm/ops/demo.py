@@ -1,6 +1,6 @@
 """End-to-end demo: score built-in tasks' shipped variants through the real farm pipeline.
 
-    python -m evalfarm.demo [--device cpu|cuda] [--tasks L1/2,L2/6,L3/1] [--inputs 200]
+    python -m evalfarm.ops.demo [--device cpu|cuda] [--tasks L1/2,L2/6,L3/1] [--inputs 200]
 
 For each task it scores one faster variant and one subtly wrong variant (build, isolated
 judge, correctness on fresh secret-seeded inputs, paired timing) and prints a table.

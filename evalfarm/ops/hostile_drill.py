@@ -1,6 +1,6 @@
 """An operator's hostile-tenant drill: candidates that go for the daemon's secrets, sent to a daemon.
 
-    python -m evalfarm.hostile_drill --server HOST:PORT --token-file /etc/evalfarm/token \\
+    python -m evalfarm.ops.hostile_drill --server HOST:PORT --token-file /etc/evalfarm/token \\
         --secret-file /etc/evalfarm/token --secret-file /etc/evalfarm/farm.toml [--secret-file ...]
 
 Run it on the daemon's host, after deploying it (``deploy/smoke.sh`` does), as a user who can read
@@ -227,7 +227,7 @@ def run(stub: pb_grpc.EvalFarmStub, secret_paths: list[str], control: str, task:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evalfarm.hostile_drill", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m evalfarm.ops.hostile_drill", description=__doc__.split("\n")[0])
     ap.add_argument("--server", required=True, help="the daemon, HOST:PORT")
     ap.add_argument("--token-file", default=None, help="the bearer token to send")
     ap.add_argument("--tls-ca", default=None, help="CA certificate (PEM) of the daemon: TLS on")

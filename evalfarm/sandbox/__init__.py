@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evalfarm import procfs
+from evalfarm.sandbox import procfs
 
 # Variables a candidate process keeps; everything else (tokens, credentials) is dropped.
 # EVALFARM_WORKER_POISON is the operator's switch for the worker's free-memory poisoning
@@ -136,7 +136,7 @@ def isolate_process(network: bool = True) -> list[str]:
 
 def project_root() -> str:
     """The directory holding the evalfarm package (so children can import it)."""
-    return str(Path(__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])
 
 
 def clean_env(private_tmp: str, extra: dict[str, str] | None = None) -> dict[str, str]:

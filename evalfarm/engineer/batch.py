@@ -14,7 +14,7 @@ problems (bad JSON, missing files, unknown tasks, repeated sample ids) listed in
 
 Results go to a JSONL file, one line per sample, written and flushed as each finishes. A run
 that is killed and started again reuses a sample's row only when its candidate source, task
-content and scoring options are what it would score now (``evalfarm.batch_resume``; a torn last
+content and scoring options are what it would score now (``evalfarm.engineer.batch_resume``; a torn last
 line is dropped). ``summarise`` makes the final table: per task and overall, success rate, fast_p
 for p in {1, 1.5, 2} (the share of all samples that are correct *and* faster than p times the
 reference), the geometric mean speedup of the successes, verdict counts and the most frequent
@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from evalfarm import batch_resume
-from evalfarm.batch_resume import Identity
+from evalfarm.engineer import batch_resume
+from evalfarm.engineer.batch_resume import Identity
 from evalfarm.result import ScoreResult
 from evalfarm.tasks.format import TaskFormatError
 
@@ -258,7 +258,7 @@ def run_batch(items: Iterable[BatchItem], out: str | Path,
               identity: Callable[[BatchItem], Identity], progress: bool = True,
               say: Callable[[str], None] = log.info) -> list[dict[str, Any]]:
     """Score the items whose result is not already in ``out`` as they would be scored now
-    (``identity``: evalfarm.batch_resume) through ``score_all`` (which yields one row per item, in
+    (``identity``: evalfarm.engineer.batch_resume) through ``score_all`` (which yields one row per item, in
     any order), appending each row as it comes; returns every row of ``out`` for the items.
 
     Interrupted (KeyboardInterrupt), it raises ``Interrupted`` saying how many results ``out``
