@@ -17,7 +17,6 @@ from typing import Any
 
 from evalfarm.build.cache import DEFAULT_CACHE_DIR
 from evalfarm.server.config import (
-    DEFAULT_MAX_SOURCE_BYTES,
     ServerConfig,
     ServerConfigError,
     check_private,
@@ -68,14 +67,19 @@ def wait_for_listening_port(proc: subprocess.Popen[str], timeout: float) -> int 
 
 # Every serve setting, its default, and its help. Flags default to None so that a flag given
 # on the command line can be told from one left out: command line > --config file > default.
+# The daemon's own settings take their defaults from ServerConfig (one owner); the rest are the
+# command line's.
+_SERVER = ServerConfig()
 DEFAULTS: dict[str, Any] = {
-    "port": 50051, "host": "127.0.0.1", "gpus": None, "device": None, "slots": 1, "queue_limit": 64,
-    "auth_token_file": None, "tls_cert": None, "tls_key": None, "tls_client_ca": None,
-    "metrics_port": None, "health_port": None, "kernelbench_root": None, "cache_dir": str(DEFAULT_CACHE_DIR), "build_workers": 2, "warm_judges": None,
-    "standby_hold": "on",
-    "max_source_bytes": DEFAULT_MAX_SOURCE_BYTES, "drain_timeout": 60.0, "max_eval_seconds": 1800.0,
-    "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False, "fault_threshold": 3,
-    "probe_interval": 60.0, "allow_weak_sandbox": False,
+    "port": _SERVER.port, "host": _SERVER.host, "gpus": None, "device": None, "slots": 1,
+    "queue_limit": _SERVER.queue_limit, "auth_token_file": None, "tls_cert": None, "tls_key": None,
+    "tls_client_ca": None, "metrics_port": None, "health_port": None, "kernelbench_root": None,
+    "cache_dir": str(DEFAULT_CACHE_DIR), "build_workers": _SERVER.build_workers, "warm_judges": _SERVER.warm_judges,
+    "standby_hold": "on" if _SERVER.standby_hold else "off",
+    "max_source_bytes": _SERVER.max_source_bytes, "drain_timeout": _SERVER.drain_timeout_s,
+    "max_eval_seconds": _SERVER.max_eval_s, "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False,
+    "fault_threshold": _SERVER.fault_threshold, "probe_interval": _SERVER.probe_interval_s,
+    "allow_weak_sandbox": _SERVER.allow_weak_sandbox,
 }
 
 
