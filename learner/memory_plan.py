@@ -260,24 +260,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", default="configs/gpu_cluster.py", help="a run config file")
     p.add_argument("--headroom", type=float, default=0.9)
     args = p.parse_args(argv)
-    cfg = _load_config(args.config)
+    from learner.config_check import load_config_file
+
+    cfg = load_config_file(args.config)
     model = model_shape(args.model, param_dtype=str(cfg.model.param_dtype),
                         compute_dtype=str(cfg.model.compute_dtype))
     plan = plan_memory(model, PlanInputs.from_config(cfg, args.devices),
                        HARDWARE_BYTES[args.hardware], args.headroom)
     print(plan.format(f"{args.model} on {args.devices}x {args.hardware} ({args.config})"))
     return 0 if plan.fits else 1
-
-
-def _load_config(path: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_plan_config", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"cannot load config file {path}")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
 
 
 if __name__ == "__main__":

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from learner.config_check import load_config_file
 from learner.memory_plan import (
     HARDWARE_BYTES,
     MemoryPlanError,
     PlanInputs,
-    _load_config,
     main,
     model_shape,
     plan_memory,
@@ -57,7 +57,7 @@ def test_a_plan_that_cannot_fit_is_refused_with_the_knob() -> None:
 ])
 def test_shipped_7b_configs_fit(config: str, hardware: str, devices: int,
                                 capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = _load_config(str(ROOT / config))
+    cfg = load_config_file(str(ROOT / config))
     plan = plan_memory(model_shape("qwen2.5-7b"), PlanInputs.from_config(cfg, devices),
                        HARDWARE_BYTES[hardware])
     plan.check()
