@@ -5,7 +5,7 @@
     python -m learner.bench_scaling compare --out-dir $OUT/scaling             # the table
     python -m learner.bench_scaling big --config configs/gpu_cluster.py --out-dir $OUT/big
     python -m learner.bench_scaling parity                                     # sharded == single
-    bash scripts/gpu_multi_bench.sh                                            # all of it, GPU host
+    bash benchmarks/gpu_multi_bench.sh                                            # all of it, GPU host
 
 `run` measures, on the first `--devices` devices (mesh: every device on the fsdp axis), one
 GRPO step of `learner.bench_rl` (rollout from the bf16 rollout copy with one shared prefill per

@@ -1,4 +1,4 @@
-"""scripts/drift_probe.py: the drift statistic on synthetic rounds, and the probe end to end on CPU."""
+"""benchmarks/probes/drift_probe.py: the drift statistic on synthetic rounds, and the probe end to end on CPU."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "drift_probe.py"
+SCRIPT = ROOT / "benchmarks" / "probes" / "drift_probe.py"
 
 
 def _module():

@@ -6,7 +6,7 @@ or wait for a core at all. A short kernel's call (tens of microseconds of host w
 pays that; the reference's eight small launches pay it more than a fused candidate's one, so
 short calls were scored low (docs/security.md, "What does not close the gap").
 
-In a two-process probe (scripts/gpu_switch_probe.py, H100) pinning moved the protocol's ratio for 1M-element calls from 2.75 to 3.06 (3.44 in one process). In the farm itself it did
+In a two-process probe (benchmarks/probes/gpu_switch_probe.py, H100) pinning moved the protocol's ratio for 1M-element calls from 2.75 to 3.06 (3.44 in one process). In the farm itself it did
 not: the small-profile L1/1 and L2/3 variants scored the same pinned and not, within the runs'
 own spread (tanh_gelu 2.93 and 2.78 pinned, 2.88 and 2.87 not; identical copies 0.96-1.01 in
 both; docs/security.md), and a pinned judge does its CPU work on one core. So it is off by

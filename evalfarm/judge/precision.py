@@ -30,7 +30,7 @@ precision) and the candidate's against it:
   units) while reduced precision sits far above (TF32 on a 4096-deep uniform [0, 1) matmul: 90
   units; on signed inputs thousands); a half-precision output's own rounding dominates, so its
   honest variants stay within 1.5 units. Calibration: docs/security.md, "The precision gate",
-  and scripts/precision_calibration.py.
+  and benchmarks/precision_calibration.py.
 
 Widened inputs: uniform [0, 1) inputs hide reduced precision (all products positive, no
 cancellation), so some gated rounds draw their inputs from a wider distribution: each input that

@@ -54,7 +54,7 @@ def test_mfu_sweep_runs_each_variant_in_its_own_process(tmp_path: Path) -> None:
 
     out = tmp_path / "sweep.jsonl"
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, str(root / "scripts" / "mfu_sweep.py"), "--suite", "tiny",
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "mfu_sweep.py"), "--suite", "tiny",
                            "--variants", "base,mb2x,remat_none", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 0, proc.stderr[-2000:]

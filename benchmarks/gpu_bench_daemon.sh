@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The daemon benchmark on the GPU host (docs/benchmarks.md, "Daemon benchmark"), in one call:
+#   OUT=/path bash benchmarks/gpu_bench_daemon.sh [candidates=80] [group=8] [limit seconds per run=270] [warm settings="0 1"]
+# A local daemon with every GPU (one slot each) scores the stream with 1000 correctness inputs and
+# a 10 s timing budget, once per --warm-judges setting (judges started on demand, then started
+# ahead), side by side; each run's bench_daemon.{json,md} and daemon log go to $OUT/warm<N>/.
+# BLOCKS="on off" runs each setting with correctness blocks on, then off (ScoreConfig.correctness_block),
+# into $OUT/warm<N>-blocks-<on|off>/.
+# TASKS=L1/7,L1/8,L3/1 limits the stream to those built-in tasks (bench_daemon --tasks); WARM_CALL=on|off
+# sets the stream's warm calls (bench_daemon --warm-call; default auto, off on a GPU).
+set -uo pipefail
+n=${1:-80}
+g=${2:-8}
+limit=${3:-270}
+settings=${4:-"0 1"}
+source benchmarks/gpu_env.sh
+nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/gpu.txt"
+dirs=()
+for w in $settings; do
+  for b in ${BLOCKS:-""}; do
+    dir="$OUT/warm$w${b:+-blocks-$b}"
+    dirs+=("$dir")
+    mkdir -p "$dir"
+    flag=(); [[ $b == off ]] && flag=(--no-correctness-block)
+    [[ -n ${TASKS:-} ]] && flag+=(--tasks "$TASKS")
+    [[ -n ${WARM_CALL:-} ]] && flag+=(--warm-call "$WARM_CALL")
+    # A benchmark of speed, not of isolation: it runs where the host has no bubblewrap too (its
+    # results' evidence.sandbox says which sandbox was in force).
+    timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
+      --rescore 3 --repeats 3 --warm-judges "$w" "${flag[@]}" --allow-weak-sandbox --out "$dir" \
+      > "$dir/bench_daemon.log" 2>&1
+    echo "bench-daemon --warm-judges $w ${flag[*]} exit code: $?" | tee -a "$OUT/gpu.txt"
+  done
+done
+for dir in "${dirs[@]}"; do
+  cat "$dir/bench_daemon.md" 2>/dev/null || tail -n 30 "$dir/bench_daemon.log"
+done

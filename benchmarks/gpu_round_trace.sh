@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Where a worker exchange's time goes on a GPU, side by side under a few settings, in one call:
+# each candidate is scored once per setting (settings interleaved per candidate), every judge
+# writing its round trace (evalfarm.judge.round_trace); then one table per evaluation.
+#
+#   OUT=$OUT bash benchmarks/gpu_round_trace.sh [INPUTS] [BUDGET] [SETTINGS] [CANDIDATES]
+#
+# SETTINGS: space-separated names, each "base" or NAME=ITEM[,ITEM]: an ITEM is ENV=VALUE (the
+# environment the daemon-less `evalfarm score` runs with), --flag=value (one of its options) or @DIR
+# (another checkout's evalfarm, e.g. `git archive REV evalfarm | tar -x -C .before`), e.g.
+# "base nopoison=EVALFARM_WORKER_POISON=0 warm=--warm-call=on before=@.before".
+# CANDIDATES: space-separated TASK:VARIANT_FILE (a built-in task id and a file under its variants),
+# or TASK:identical for a copy of the task's reference.
+set -u
+source benchmarks/gpu_env.sh
+INPUTS=${1:-1000}
+BUDGET=${2:-10}
+SETTINGS=${3:-"base"}
+CANDIDATES=${4:-"L2/6:fast_any_tanh_relu.py L1/8:fast_any_gram_expansion.py L2/8:fast_any_cross_entropy.py"}
+DEVICE=${DEVICE:-cuda}
+WORK=$(mktemp -d)
+variant_path() {  # TASK VARIANT -> a candidate file
+  python3 - "$1" "$2" "$WORK" <<'EOF'
+import sys
+from pathlib import Path
+task_id, variant, work = sys.argv[1:]
+level, num = task_id[1:].split("/")
+root = Path("evalfarm/tasks/builtin")
+task = next(root.glob(f"level{level}/{num}_*.py"))
+if variant == "identical":
+    out = Path(work) / f"identical_{level}_{num}.py"
+    out.write_text(task.read_text().replace("class Model(", "class ModelNew(", 1))
+    print(task.resolve(), out)
+else:
+    print(task.resolve(), next(root.glob(f"variants/level{level}/{num}_*/{variant}")).resolve())
+EOF
+}
+for cand in $CANDIDATES; do
+  read -r task_file cand_file < <(variant_path "${cand%%:*}" "${cand#*:}")
+  for setting in $SETTINGS; do
+    name=${setting%%=*}
+    envs=() flags=() items=() root=$PWD
+    if [ "$setting" != "$name" ]; then IFS=',' read -r -a items <<< "${setting#*=}"; fi
+    for item in "${items[@]}"; do
+      if [ "${item#--}" != "$item" ]; then flags+=("$item")
+      elif [ "${item#@}" != "$item" ]; then root=$(cd "${item#@}" && pwd)
+      else envs+=("$item"); fi
+    done
+    tag="$(echo "$cand" | tr '/:.' '___')-$name"
+    n=2; base_tag=$tag
+    while [ -e "$OUT/rt/$tag" ]; do tag="$base_tag-$n"; n=$((n + 1)); done  # a candidate named twice
+    mkdir -p "$OUT/rt/$tag"
+    echo "== $tag ($cand, ${items[*]:-as it is})"
+    (cd "$root" && env "${envs[@]}" PYTHONPATH="/tmp/site:$root" EVALFARM_ROUND_TRACE="$OUT/rt/$tag" python3 -m evalfarm score --device "$DEVICE" \
+      --task "$task_file" --candidate "$cand_file" --inputs "$INPUTS" --budget "$BUDGET" --no-other-sizes \
+      "${flags[@]}" --json > "$OUT/rt/$tag/result.json" 2> "$OUT/rt/$tag/stderr.log")
+    python3 - "$OUT/rt/$tag/result.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ev = r.get("evidence", {})
+t = ev.get("timing") or {}
+ph = ev.get("phases_s", {})
+print(f"   verdict {r.get('verdict')} speedup {r.get('speedup')} rounds {t.get('rounds')} "
+      f"ci {t.get('ci_low')}-{t.get('ci_high')} correctness {ph.get('correctness')} timing {ph.get('timing')} "
+      f"evaluation {ph.get('evaluation') or ph.get('total')}")
+EOF
+    python3 scripts/round_trace_summary.py "$OUT/rt/$tag" --skip 10 | tee "$OUT/rt/$tag/summary.txt"
+  done
+done
+# One line per evaluation, last: what each setting gave.
+python3 - "$OUT/rt" <<'EOF' | tee "$OUT/table.md"
+import json, subprocess, sys
+from pathlib import Path
+print("| evaluation | verdict | speedup | rounds | correctness s | timing s | paired round ms | round spread |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for d in sorted(Path(sys.argv[1]).iterdir()):
+    try:
+        r = json.loads((d / "result.json").read_text())
+    except (OSError, ValueError):
+        print(f"| {d.name} | no result | | | | | | |")
+        continue
+    ev = r.get("evidence", {})
+    t, ph = ev.get("timing") or {}, ev.get("phases_s", {})
+    out = subprocess.run([sys.executable, "scripts/round_trace_summary.py", str(d), "--json"], capture_output=True,
+                         text=True)
+    s = next(iter(json.loads(out.stdout).values()), {}) if out.returncode == 0 else {}
+    fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
+    print(f"| {d.name} | {r.get('verdict')} | {r.get('speedup')} | {t.get('rounds')} | {fmt(ph.get('correctness'))} "
+          f"| {fmt(ph.get('timing'))} | {s.get('paired_round_ms')} | {s.get('speedup_spread')} |")
+EOF
+tar -czf "$OUT/round_traces.tgz" -C "$OUT" rt && rm -rf "$OUT/rt" "$WORK"
