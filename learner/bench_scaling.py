@@ -194,16 +194,17 @@ def run_big(config_path: str, model_name: str, devices: Sequence[jax.Device], ou
 
     from learner.bench import _suite_model
     from learner.bench_rl import peak_gb_per_device, timed_rl_step
+    from learner.config_check import load_config_file
     from learner.grpo import GRPOConfig, make_grpo_loss
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
     from learner.losses import lm_loss_sum_count
-    from learner.memory_plan import PlanInputs, _load_config, plan_memory
+    from learner.memory_plan import PlanInputs, plan_memory
     from learner.scale import reference_copy, step
     from learner.train_step import OptimizerConfig, create_train_state, make_optimizer
 
-    cfg = _load_config(config_path)
+    cfg = load_config_file(config_path)
     n = len(devices)
     model_cfg = _suite_model(model_name).replace(
         param_dtype=str(cfg.model.param_dtype), compute_dtype=str(cfg.model.compute_dtype),

@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from learner.config_check import TrainConfigError, hf_dir_form_problem, validate_config
+from learner.config_check import (
+    TrainConfigError,
+    hf_dir_form_problem,
+    load_config_file,
+    validate_config,
+)
 from learner.memory_plan import (
     GB,
     HARDWARE_BYTES,
     PlanInputs,
-    _load_config,
     model_shape,
     plan_memory,
 )
@@ -31,7 +35,7 @@ def _doc(config: str) -> str:
 
 @pytest.mark.parametrize("config", ["tpu_pod", "gpu_cluster"])
 def test_the_memory_plan_lines_are_what_the_plan_computes(config):
-    cfg = _load_config(str(ROOT / "configs" / f"{config}.py"))
+    cfg = load_config_file(str(ROOT / "configs" / f"{config}.py"))
     lines = PLAN_LINE.findall(_doc(config))
     assert len(lines) >= 2
     for model, hardware, devices, total_gb, budget_gb, verdict in lines:
@@ -47,7 +51,7 @@ def test_the_tpu_example_fits_the_hardware_it_names():
     m = re.search(r"TPU (v\d\w)-(\d+) host \((\d+) chips", first)
     assert m, first
     hardware, chips = m.group(1), int(m.group(3))
-    cfg = _load_config(str(ROOT / "configs" / "tpu_pod.py"))
+    cfg = load_config_file(str(ROOT / "configs" / "tpu_pod.py"))
     plan = plan_memory(model_shape("qwen2.5-7b"), PlanInputs.from_config(cfg, chips), HARDWARE_BYTES[hardware])
     assert plan.fits, plan.format()
     assert f"qwen2.5-7b on {hardware} x{chips}: ~{round(plan.total / GB)} GB" in doc
@@ -55,7 +59,7 @@ def test_the_tpu_example_fits_the_hardware_it_names():
 
 @pytest.mark.parametrize("config", ["tpu_pod", "gpu_cluster"])
 def test_the_model_paths_are_ones_the_loader_accepts(config):
-    cfg = _load_config(str(ROOT / "configs" / f"{config}.py"))
+    cfg = load_config_file(str(ROOT / "configs" / f"{config}.py"))
     paths = [cfg.model.hf_dir, *re.findall(r"--config\.model\.hf_dir=(\S+)", _doc(config))]
     for path in paths:
         assert hf_dir_form_problem(path) is None, path
@@ -83,7 +87,7 @@ def test_a_url_or_a_missing_directory_is_refused_at_start_with_what_to_do(tmp_pa
 def test_gpu_cluster_states_what_a_run_costs_from_the_measured_times():
     doc = " ".join(_doc("gpu_cluster").split())
     benchmarks = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
-    cfg = _load_config(str(ROOT / "configs" / "gpu_cluster.py"))
+    cfg = load_config_file(str(ROOT / "configs" / "gpu_cluster.py"))
     learner = re.search(r"learner: one RL step ([\d.]+) s on (\d+) x (H\d+) = ([\d.]+) GPU-hours", doc)
     farm = re.search(r"farm: (\d+) candidates a step, ([\d.]+) per minute per (H\d+) slot = ([\d.]+) GPU-hours", doc)
     total = re.search(r"total: ([\d.]+) GPU-hours per RL step; (\d+) GPU-hours for the (\d+) RL steps", doc)
