@@ -27,7 +27,7 @@ from evalfarm.build import BuildPool, BuildReport
 from evalfarm.build.hook import uses_inline_extensions
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import build_arch
-from evalfarm.eval_budget import WallBudget, overrun_detail, run_budget
+from evalfarm.eval_budget import RunBudget, WallBudget, overrun_detail, run_budget
 from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking
 from evalfarm.guards.bounded import StaticAnalysisUnavailable, check_candidate_source
 from evalfarm.judge import wire
@@ -208,8 +208,8 @@ class Evaluation:
             if self._cancelled:
                 return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
             if self._deadline_left() == 0.0:
-                return ScoreResult.failure(Verdict.TIMEOUT, f"the build ran past the evaluation's deadline of "
-                                                            f"{self.deadline_s:g} s")
+                return ScoreResult.failure(Verdict.TIMEOUT, overrun_detail(
+                    cfg, RunBudget(0.0, by_deadline=True), self.deadline_s, where="the build"))
             try:
                 report: BuildReport = build.result(timeout=CANCEL_POLL_S)
                 break
