@@ -13,7 +13,8 @@
 #   tests:     every `-m gpu` test but the honest corpus's (the corpus stage scores those kernels),
 #              WORKERS (default 4) at a time; evaluations still take turns on the GPU
 #   fidelity:  benchmarks/timing_fidelity.py: the farm's times under both timing protocols beside a
-#              one-process do_bench-style measurement (TASKS, KB: task lists; INPUTS, BUDGET)
+#              one-process do_bench-style measurement (TASKS, KB: task lists; INPUTS, BUDGET;
+#              PROTOCOLS; REPEATS: farm evaluations per candidate; CHUNKS: one-process chunks)
 #   attacks:   scripts/attack_sweep.py --device cuda (STATIC=on|off|both, default off)
 #   corpus:    scripts/honest_sweep.py --device cuda (STATIC, default off)
 #
@@ -36,7 +37,8 @@ run_stage() {  # name seconds
         > "$OUT/smoke.log" 2>&1 || rc=$?
       tail -n 25 "$OUT/smoke.log" ;;
     precision)
-      timeout "$secs" python3 benchmarks/precision_calibration.py --device cuda --corpus --sizes 1024,4096 \
+      # PRECISION_ARGS="--no-matmul": only the honest corpus's kernels
+      timeout "$secs" python3 benchmarks/precision_calibration.py --device cuda --corpus --sizes 1024,4096 ${PRECISION_ARGS:-} \
         --json "$OUT/precision.json" > "$OUT/precision.log" 2>&1 || rc=$?
       tail -n 60 "$OUT/precision.log" ;;
     tests)
@@ -45,14 +47,15 @@ run_stage() {  # name seconds
         tests/adversarial/test_gpu_attacks.py tests/adversarial/test_gpu_runtime_attacks.py tests/test_gpu.py \
         tests/test_gpu_sharing.py tests/test_precision.py tests/test_prepare_ahead.py tests/test_exchange_shortcuts.py \
         tests/test_input_source.py tests/test_judge_memory_plan.py tests/test_task_facts.py tests/test_task_lint.py \
-        tests/test_diagnostics.py tests/service/test_gpu_e2e.py > "$OUT/gpu_tests.log" 2>&1 || rc=$?
+        tests/test_diagnostics.py tests/service/test_gpu_e2e.py ${TESTS_K:+-k "$TESTS_K"} > "$OUT/gpu_tests.log" 2>&1 || rc=$?
       grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/gpu_tests.log" | grep "::" | sed 's/^\[gw[0-9]*\] \[ *[0-9]*%\] //' | sort | uniq > "$OUT/gpu_tests_outcomes.txt"
       tail -n 40 "$OUT/gpu_tests.log" ;;
     fidelity)
       timeout "$secs" python3 benchmarks/timing_fidelity.py --device cuda \
         --tasks "${TASKS:-L1/1:small,L1/3:small,L2/3:default,L1/1:default,L1/3:default,L2/3:small}" \
         --kernelbench "$kb_root" --kb "${KB:-32_HardTanh,95_CrossEntropyLoss,23_Softmax}" \
-        --inputs "${INPUTS:-100}" --budget "${BUDGET:-1.5}" --max-seconds $((secs - 60)) --out "$OUT/fidelity" \
+        --inputs "${INPUTS:-100}" --budget "${BUDGET:-1.5}" --protocols "${PROTOCOLS:-blocks,lone}" \
+        --repeats "${REPEATS:-1}" --chunks "${CHUNKS:-5}" --max-seconds $((secs - 60)) --out "$OUT/fidelity" \
         > "$OUT/fidelity.log" 2>&1 || rc=$?
       sed -n '/^## Timing fidelity/,$p' "$OUT/fidelity.log"
       [[ $rc -eq 0 ]] || tail -n 20 "$OUT/fidelity.log" ;;

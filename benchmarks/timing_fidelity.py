@@ -107,6 +107,42 @@ def one_process_us(task, profile: str, sources: dict[str, str], device: str, chu
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def farm_row(r) -> dict:
+    """One farm evaluation's figures (times in us, the raw speedup and its interval)."""
+    t = r.evidence.timing
+    return {"verdict": r.verdict.value, "speedup": r.speedup, "detail": r.detail[:300],
+            **({"ref_us": t.ref_time_us_median, "cand_us": t.cand_time_us_median,
+                "raw": t.raw_speedup, "ci": [t.ci_low, t.ci_high], "rounds": t.rounds,
+                "protocol": t.protocol, "seconds": t.seconds,
+                "charge_us": max(t.pre_call_charge_us, t.exchange_charge_us),
+                "excess_us": t.exchange_excess_us,
+                "pre_us": [t.pre_call_ref_us_median, t.pre_call_cand_us_median],
+                "untimed_us": [t.untimed_ref_us_median, t.untimed_cand_us_median],
+                "tail_us": [t.tail_ref_us_median, t.tail_cand_us_median]} if t else {})}
+
+
+def repeats_table(rows: list[dict], protocols: list[str]) -> None:
+    """Where a candidate was scored several times: each evaluation's speedup and interval, and the
+    spread between evaluations beside the intervals' half-width (an interval that holds the
+    between-evaluation spread is about as wide as twice that spread)."""
+    lines = []
+    for row in rows:
+        for p in protocols:
+            reps = [f for f in row.get(f"{p}_repeats", []) if f.get("raw")]
+            if len(reps) < 2:
+                continue
+            raws = [f["raw"] for f in reps]
+            half = statistics.mean((f["ci"][1] - f["ci"][0]) / 2 for f in reps)
+            cells = ", ".join(f"{f['raw']:.3f} [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" for f in reps)
+            lines.append(f"| {row['task']} | {row['candidate']} | {p} | {cells} | {statistics.stdev(raws):.3f} "
+                         f"| {half:.3f} | {statistics.mean(f['ref_us'] for f in reps):.1f} |")
+    if lines:
+        print("\n## Repeated evaluations (raw speedups [95% CI]; SD between evaluations; mean CI half-width)\n")
+        print("| task | candidate | protocol | evaluations | SD between | CI half-width | ref us (mean) |")
+        print("|---|---|---|---|---:|---:|---:|")
+        print("\n".join(lines))
+
+
 def measure(work: list, protocols: list[str], args: argparse.Namespace, pool: BuildPool, judges: WarmJudges,
             out: Path, start: float) -> list[dict]:
     """One row per (task, candidate): the one-process times, then the farm's under each protocol."""
@@ -116,8 +152,9 @@ def measure(work: list, protocols: list[str], args: argparse.Namespace, pool: Bu
             print(f"stopping before {label}: {args.max_seconds:.0f} s used", flush=True)
             break
         try:
-            local = one_process_us(task, profile, cands, args.device)
-            queued = one_process_us(task, profile, cands, args.device, queued=True) if args.device != "cpu" else local
+            local = one_process_us(task, profile, cands, args.device, chunks=args.chunks)
+            queued = (one_process_us(task, profile, cands, args.device, chunks=args.chunks, queued=True)
+                      if args.device != "cpu" else local)
         except Exception as err:  # noqa: BLE001 - a row that cannot run says why
             print(f"{label}: one-process timing failed: {type(err).__name__}: {err}", flush=True)
             continue
@@ -129,17 +166,11 @@ def measure(work: list, protocols: list[str], args: argparse.Namespace, pool: Bu
                 cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs,
                                   timing_budget_s=args.budget, reverify_above=0, size_profile=profile,
                                   timing_protocol=proto)
-                r = score(task, as_candidate(src), cfg, build_pool=pool, judges=judges)
-                t = r.evidence.timing
-                row[proto] = {"verdict": r.verdict.value, "speedup": r.speedup, "detail": r.detail[:300],
-                              **({"ref_us": t.ref_time_us_median, "cand_us": t.cand_time_us_median,
-                                  "raw": t.raw_speedup, "ci": [t.ci_low, t.ci_high], "rounds": t.rounds,
-                                  "protocol": t.protocol, "seconds": t.seconds,
-                                  "charge_us": max(t.pre_call_charge_us, t.exchange_charge_us),
-                                  "excess_us": t.exchange_excess_us,
-                                  "pre_us": [t.pre_call_ref_us_median, t.pre_call_cand_us_median],
-                                  "untimed_us": [t.untimed_ref_us_median, t.untimed_cand_us_median],
-                                  "tail_us": [t.tail_ref_us_median, t.tail_cand_us_median]} if t else {})}
+                scored = [farm_row(score(task, as_candidate(src), cfg, build_pool=pool, judges=judges))
+                          for _ in range(args.repeats)]
+                row[proto] = scored[0]
+                if len(scored) > 1:
+                    row[f"{proto}_repeats"] = scored
             rows.append(row)
             print(json.dumps(row), flush=True)
             (out / "fidelity.json").write_text(json.dumps(rows, indent=1))
@@ -155,6 +186,8 @@ def main() -> None:
     ap.add_argument("--protocols", default="blocks,lone")
     ap.add_argument("--inputs", type=int, default=100)
     ap.add_argument("--budget", type=float, default=2.0)
+    ap.add_argument("--repeats", type=int, default=1, help="farm evaluations per candidate and protocol")
+    ap.add_argument("--chunks", type=int, default=5, help="one-process chunks per function (interleaved)")
     ap.add_argument("--max-seconds", type=float, default=480.0)
     ap.add_argument("--out", default="fidelity-out")
     args = ap.parse_args()
@@ -200,6 +233,7 @@ def main() -> None:
             f = row.get(p, {})
             cells.append(f"{f['raw']:.2f} [{f['ci'][0]:.2f}, {f['ci'][1]:.2f}]" if f.get("raw") else f.get("verdict", "-"))
         print("| " + " | ".join(cells) + " |")
+    repeats_table(rows, protocols)
 
 
 if __name__ == "__main__":
