@@ -21,6 +21,22 @@ from learner.prompts import ParseFailure, parse_response
 
 
 @dataclasses.dataclass
+class Prompt:
+    """One response to sample: its sample id, its task, its group (the samples of one prompt
+    share a group) and the prompt's token ids."""
+
+    sample_id: str
+    task_id: str
+    group: int
+    token_ids: list[int]
+
+
+def repeat_prompt(prefix: str, task_id: str, group: int, token_ids: list[int], n: int) -> list[Prompt]:
+    """`n` samples of one prompt, with sample ids `{prefix}-{group}-{k}` for k < n."""
+    return [Prompt(f"{prefix}-{group}-{k}", task_id, group, token_ids) for k in range(n)]
+
+
+@dataclasses.dataclass
 class Rollout:
     sample_id: str
     task_id: str
@@ -48,14 +64,14 @@ class GenerationStats:
 def generate_rollouts(
     sampler: Sampler,
     tokenizer: Tokenizer,
-    prompts: Sequence[tuple[str, str, int, list[int]]],
+    prompts: Sequence[Prompt],
     sampling: SamplingConfig,
     rng: jax.Array,
     *,
     policy_version: int,
     batch_size: int,
 ) -> tuple[list[Rollout], GenerationStats]:
-    """`prompts`: (sample_id, task_id, group, prompt token ids). Generates in fixed-size batches
+    """One rollout per `Prompt`, in order. Generates in fixed-size batches
     (the last one padded by repeating its first prompt) so every batch compiles once. When the
     prompts come in runs of G equal ones (GRPO's samples of one prompt) and G divides the batch
     size, each run shares one prefill (`Sampler.generate(group=G)`). A `ContinuousSampler` takes
@@ -73,17 +89,17 @@ def generate_rollouts(
         real = len(chunk)
         if not isinstance(sampler, ContinuousSampler):  # a fixed shape: compiles once
             chunk += [chunk[0]] * (batch_size - real)
-        res = sampler.generate([p[3] for p in chunk], sampling, jax.random.fold_in(rng, start),
+        res = sampler.generate([p.token_ids for p in chunk], sampling, jax.random.fold_in(rng, start),
                                group=share)
         comps = res.completions()
         texts = tokenizer.decode_batch(comps[:real])
         for i in range(real):
-            sid, task_id, group, prompt_ids = chunk[i]
+            p = chunk[i]
             parsed = parse_response(texts[i])
             n = int(res.lengths[i])
             new_tokens += n
             out.append(Rollout(
-                sample_id=sid, task_id=task_id, group=group, prompt_ids=list(prompt_ids),
+                sample_id=p.sample_id, task_id=p.task_id, group=p.group, prompt_ids=list(p.token_ids),
                 completion_ids=comps[i], logprobs=np.asarray(res.logprobs[i, :n], np.float32),
                 policy_version=policy_version, text=texts[i],
                 code="" if isinstance(parsed, ParseFailure) else parsed.code,
@@ -93,10 +109,10 @@ def generate_rollouts(
     return out, GenerationStats(time.perf_counter() - t0, new_tokens)
 
 
-def _run_length(prompts: Sequence[tuple[str, str, int, list[int]]]) -> int:
+def _run_length(prompts: Sequence[Prompt]) -> int:
     """How many prompts in a row equal the first one (the group size of GRPO's prompt list)."""
     n = 0
-    while n < len(prompts) and list(prompts[n][3]) == list(prompts[0][3]):
+    while n < len(prompts) and list(prompts[n].token_ids) == list(prompts[0].token_ids):
         n += 1
     return n
 

@@ -52,7 +52,15 @@ from learner.metrics import MetricsWriter
 from learner.policy import Policy, build_policy
 from learner.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.report import SpeedupSummary, format_table, summarize, write_report
-from learner.rollout import LengthGroupedSampler, Rollout, generate_rollouts, grpo_batch, lm_batch
+from learner.rollout import (
+    LengthGroupedSampler,
+    Prompt,
+    Rollout,
+    generate_rollouts,
+    grpo_batch,
+    lm_batch,
+    repeat_prompt,
+)
 from learner.stage_report import stage_notes
 from learner.tasks import (
     Program,
@@ -483,12 +491,12 @@ def _prompt_ids(run: Run, task: TaskInfo, exemplars: list[Exemplar] | None) -> t
     return ids, len(exemplars or [])
 
 
-def _sft_prompts(run: Run, prefix: str, per_task: int) -> list[tuple[str, str, int, list[int]]]:
+def _sft_prompts(run: Run, prefix: str, per_task: int) -> list[Prompt]:
     out = []
     for g, t in enumerate(run.tasks):
         fitted = _prompt_ids(run, t, None)
         if fitted is not None:
-            out += [(f"{prefix}-{g}-{k}", t.task_id, g, fitted[0]) for k in range(per_task)]
+            out += repeat_prompt(prefix, t.task_id, g, fitted[0], per_task)
     return out
 
 
@@ -579,7 +587,7 @@ def _exemplars(run: Run, task: TaskInfo, rng: np.random.Generator) -> list[Exemp
     return run.db.sample_exemplars(task.task_id, n, float(run.cfg.rl.tau), rng)
 
 
-def _rl_prompts(run: Run, gstep: int) -> tuple[list[tuple[str, str, int, list[int]]], float]:
+def _rl_prompts(run: Run, gstep: int) -> tuple[list[Prompt], float]:
     cfg = run.cfg.rl
     rng = _np_rng(run, gstep, 3)
     tasks = run.rl_tasks
@@ -593,7 +601,7 @@ def _rl_prompts(run: Run, gstep: int) -> tuple[list[tuple[str, str, int, list[in
             continue
         ids, n_shown = fitted
         shown.append(n_shown)
-        out += [(f"rl-{gstep}-{g}-{k}", task.task_id, g, ids) for k in range(int(cfg.group_size))]
+        out += repeat_prompt(f"rl-{gstep}", task.task_id, g, ids, int(cfg.group_size))
     return out, float(np.mean(shown)) if shown else 0.0
 
 
@@ -731,11 +739,11 @@ def evaluate(run: Run, params: Any, label: str, *, form: str, samples_per_task: 
     sampler = _sampler(run, params)
     frozen = frozen_exemplars(run) if form == "exemplars" else {}
     names = _program_names(run)
-    prompts = []
+    prompts: list[Prompt] = []
     for g, t in enumerate(run.tasks):
         fitted = _prompt_ids(run, t, list(frozen.get(t.task_id, [])) if form == "exemplars" else None)
         if fitted is not None:
-            prompts += [(f"eval-{label}-{form}-{g}-{k}", t.task_id, g, fitted[0]) for k in range(samples_per_task)]
+            prompts += repeat_prompt(f"eval-{label}-{form}", t.task_id, g, fitted[0], samples_per_task)
     rollouts, _ = generate_rollouts(sampler, run.tokenizer, prompts, run.sampling(temperature),
                                     _jax_key(run, 0, 9), policy_version=-1,
                                     batch_size=int(run.cfg.sampling.batch_size))

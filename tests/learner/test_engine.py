@@ -116,7 +116,7 @@ def test_static_sampler_limits_cut_each_row_at_its_cap(model: Transformer) -> No
 def test_the_learner_samples_with_the_configured_engine(tmp_path) -> None:
     from configs import demo
     from learner.config_check import TrainConfigError, validate_config
-    from learner.rollout import generate_rollouts
+    from learner.rollout import Prompt, generate_rollouts
     from learner.train import _sampler, open_run
 
     cfg = demo.get_config()
@@ -130,10 +130,10 @@ def test_the_learner_samples_with_the_configured_engine(tmp_path) -> None:
         sampler = _sampler(run, run.policy.take_params())
         assert isinstance(sampler, ContinuousSampler) and sampler.rows == 3
         ids = run.encode_prompt("class ModelNew(nn.Module):")
-        prompts = [(f"s{i}", "L1/1", i // 2, ids[: 4 + i]) for i in range(7)]
+        prompts = [Prompt(f"s{i}", "L1/1", i // 2, ids[: 4 + i]) for i in range(7)]
         rollouts, stats = generate_rollouts(sampler, run.tokenizer, prompts, run.sampling(), jax.random.PRNGKey(0),
                                             policy_version=3, batch_size=3)
-        assert [r.sample_id for r in rollouts] == [p[0] for p in prompts]
+        assert [r.sample_id for r in rollouts] == [p.sample_id for p in prompts]
         assert all(1 <= len(r.completion_ids) <= 8 and r.policy_version == 3 for r in rollouts)
         assert stats.new_tokens == sum(len(r.completion_ids) for r in rollouts)
     finally:
