@@ -326,6 +326,43 @@ def _records(rollouts: Sequence[Rollout], outcomes: dict[str, FarmOutcome], rewa
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RewardRule:
+    """How a stage turns farm outcomes into rewards (see `rewards`)."""
+
+    kind: str  # a key of REWARD_KINDS
+    clip: float = 0.0  # "speedup": the largest reward
+
+
+def _success_reward(o: FarmOutcome, rule: RewardRule) -> float:
+    return float(o.ok)
+
+
+def _clipped_speedup_reward(o: FarmOutcome, rule: RewardRule) -> float:
+    return min(o.speedup or 0.0, rule.clip) if o.ok else 0.0
+
+
+REWARD_KINDS: dict[str, Callable[[FarmOutcome, RewardRule], float]] = {
+    "success": _success_reward,  # self-supervised
+    "speedup": _clipped_speedup_reward,  # contrastive RL
+}
+
+
+def rewards(outcomes: Sequence[FarmOutcome], rule: RewardRule) -> list[float | None]:
+    """Each outcome's reward under `rule`:
+
+    * INFRA_ERROR or LOST (the farm's fault, not the policy's): None, left out of the update
+      and stored without a reward;
+    * any other failure (PARSE_FAILURE, a build or correctness failure, a timeout,
+      HACK_DETECTED, ...): 0.0;
+    * OK: kind "success" (self-supervised) 1.0; kind "speedup" (RL) the measured speedup,
+      at most `rule.clip`.
+
+    Known-program measurements and evaluation samples are stored with no reward (None)."""
+    score = REWARD_KINDS[rule.kind]
+    return [None if o.infra else score(o, rule) for o in outcomes]
+
+
 def outcome_metrics(outcomes: Sequence[FarmOutcome]) -> dict[str, float]:
     n = len(outcomes)
     verdicts = Counter(o.verdict for o in outcomes)
@@ -516,9 +553,9 @@ def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainSt
                 policy_version=gstep, batch_size=int(run.cfg.sampling.batch_size))
             ids = _score_rollouts(run, rollouts, "selfsup")
             outcomes, waited = _outcomes(run, rollouts, ids)
-            rewards = {r.sample_id: (None if outcomes[r.sample_id].infra else float(outcomes[r.sample_id].ok))
-                       for r in rollouts}
-            run.db.add_many(_records(rollouts, outcomes, rewards, offset + step0 + k, "selfsup"))
+            given = rewards([outcomes[r.sample_id] for r in rollouts], RewardRule("success"))
+            reward_of = {r.sample_id: g for r, g in zip(rollouts, given, strict=True)}
+            run.db.add_many(_records(rollouts, outcomes, reward_of, offset + step0 + k, "selfsup"))
             wins = [(r.prompt_ids, r.completion_ids) for r in rollouts if outcomes[r.sample_id].ok]
             m = outcome_metrics([outcomes[r.sample_id] for r in rollouts])
             m.update(tokens_per_s=gen.tokens_per_s, farm_wait_s=waited, successes_trained=len(wins),
@@ -640,13 +677,14 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
                 pending = _rl_generate(run, sampler, gstep + 1, version)
             outcomes, waited = _outcomes(run, batch.rollouts, batch.ids)
             rollouts = batch.rollouts
-            valid = np.array([not outcomes[r.sample_id].infra for r in rollouts])
-            rewards = np.array([min(outcomes[r.sample_id].speedup or 0.0, float(cfg.reward_clip))
-                                if outcomes[r.sample_id].ok else 0.0 for r in rollouts], np.float32)
+            got = [outcomes[r.sample_id] for r in rollouts]
+            given = rewards(got, RewardRule("speedup", float(cfg.reward_clip)))
+            valid = np.array([g is not None for g in given])
+            reward = np.array([0.0 if g is None else g for g in given], np.float32)
             groups = np.array([r.group for r in rollouts])
-            valid &= np.array(one_model_per_group([outcomes[r.sample_id] for r in rollouts], groups.tolist()))
-            adv = group_advantages(rewards, groups, valid, gcfg)
-            reward_of = {r.sample_id: (float(rewards[i]) if valid[i] else None) for i, r in enumerate(rollouts)}
+            valid &= np.array(one_model_per_group(got, groups.tolist()))
+            adv = group_advantages(reward, groups, valid, gcfg)
+            reward_of = {r.sample_id: (float(reward[i]) if valid[i] else None) for i, r in enumerate(rollouts)}
             run.db.add_many(_records(rollouts, outcomes, reward_of, gstep + 1, "rl"))
             b = grpo_batch(rollouts, adv, valid, run.policy.pad_id, max_len)
             t_ref = time.perf_counter()
@@ -658,7 +696,7 @@ def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int
             sampler.update_params(state.params)
             m = {k: float(v) for k, v in jax.device_get(lm).items()}
             m.update(outcome_metrics([outcomes[r.sample_id] for r in rollouts]))
-            m.update(reward_mean=float(rewards[valid].mean()) if valid.any() else 0.0,
+            m.update(reward_mean=float(reward[valid].mean()) if valid.any() else 0.0,
                      adv_mean=float(adv[valid].mean()) if valid.any() else 0.0,
                      adv_std=float(adv[valid].std()) if valid.any() else 0.0,
                      infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s,

@@ -23,7 +23,15 @@ from learner.tasks import (
     slowed_reference,
     task_programs,
 )
-from learner.train import TrainConfigError, outcome_metrics, stage_list, stage_offsets, stage_steps
+from learner.train import (
+    RewardRule,
+    TrainConfigError,
+    outcome_metrics,
+    rewards,
+    stage_list,
+    stage_offsets,
+    stage_steps,
+)
 from learner.train_step import OptimizerConfig, learning_rate_schedule
 
 
@@ -213,6 +221,14 @@ def test_outcome_metrics_counts_verdicts_parse_failures_and_speedups():
     assert m["verdict/OK"] == 2 and m["hacks"] == 1 and m["parse_failure/no_code_block"] == 1
     assert m["speedup_mean"] == pytest.approx(3.0) and m["speedup_max"] == 4.0
     assert m["farm_latency_s"] == pytest.approx(1.5)  # parse failures never reached the farm
+
+
+def test_rewards_leave_infra_out_and_score_failures_zero():
+    outs = [FarmOutcome("a", "OK", 3.0), FarmOutcome("b", "OK", 1.5), FarmOutcome("c", "INCORRECT"),
+            FarmOutcome("d", "PARSE_FAILURE", detail="no_code_block"), FarmOutcome("e", "HACK_DETECTED"),
+            FarmOutcome("f", "INFRA_ERROR"), FarmOutcome("g", "LOST")]
+    assert rewards(outs, RewardRule("success")) == [1.0, 1.0, 0.0, 0.0, 0.0, None, None]
+    assert rewards(outs, RewardRule("speedup", clip=2.0)) == [2.0, 1.5, 0.0, 0.0, 0.0, None, None]
 
 
 def test_scratch_tokenizer_round_trips_code(tmp_path):
