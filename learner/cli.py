@@ -198,6 +198,7 @@ def _eval(argv: list[str]) -> int:
     run = tr.open_run(cfg, record_config=False)
     try:
         params = tr.load_stage_params(run, Path(fv.checkpoint), fv.step)
+        tr.measure_known_programs(run)  # the frozen exemplars and program names read their scores
         name = Path(fv.checkpoint).name
         speedups, verdicts, labelled, rows = {}, {}, {}, {}
         with ExemplarDB(run.workdir / "eval.sqlite") as edb:

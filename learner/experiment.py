@@ -72,7 +72,7 @@ def _eval_selfsup(cfg: Any, ckpt: Path) -> None:
         return
     run = tr.open_run(cfg)
     try:
-        tr.programs(run)
+        tr.measure_known_programs(run)
         tr._eval_stage(run, "selfsup", tr.load_stage_params(run, ckpt))
     finally:
         run.close()

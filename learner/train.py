@@ -132,9 +132,9 @@ class Run:
     writer: MetricsWriter
     farm_factory: Callable[[], Farm]
     heldout: frozenset[str] = frozenset()  # task ids kept out of RL (evaluated only)
+    measured: dict[str, float] = dataclasses.field(default_factory=dict)  # code sha -> speedup
     _farm: Farm | None = None
-    _programs: list[Program] | None = None
-    _measured: dict[str, float] | None = None
+    _known: list[Program] | None = None
 
     @property
     def rl_tasks(self) -> list[TaskInfo]:
@@ -142,6 +142,13 @@ class Run:
 
     @property
     def farm(self) -> Farm:
+        """The running farm (`start_farm` starts it)."""
+        if self._farm is None:
+            raise RuntimeError("the farm is not started: call Run.start_farm() first")
+        return self._farm
+
+    def start_farm(self) -> Farm:
+        """Start the farm (local daemons, or a client of `farm.endpoints`) unless it runs already."""
         if self._farm is None:
             self._farm = self.farm_factory()
         return self._farm
@@ -412,6 +419,7 @@ def measure_programs(run: Run, programs: Sequence[Program]) -> dict[str, float]:
             todo.append((sid, t))
     if todo:
         log.info("scoring %d known programs on the farm (their speedups seed the exemplar buckets)", len(todo))
+        run.start_farm()  # only when some program has no score in this workdir yet
         for sid, t in todo:
             run.farm.submit(sid, t.task.task_id, t.code, tags={"task": t.task.task_id, "stage": "sft-data"})
         got = run.farm.wait([sid for sid, _ in todo], float(run.cfg.farm.wait_timeout_s))
@@ -429,9 +437,19 @@ def measure_programs(run: Run, programs: Sequence[Program]) -> dict[str, float]:
             if sid in known and known[sid].speedup is not None}
 
 
-def programs(run: Run) -> tuple[list[Program], dict[str, float]]:
-    """The task set's known programs that fit `max_seq_len`, and their measured speedups."""
-    if run._programs is None:
+def measure_known_programs(run: Run) -> dict[str, float]:
+    """With `sft.measure_targets`, score the known programs on the farm (`measure_programs`) and
+    keep their speedups in `run.measured` (code sha -> speedup; else it stays empty). Called once
+    before any stage (`train`), and by the paths that evaluate without training."""
+    if run.cfg.sft.measure_targets:
+        progs = known_programs(run)
+        run.measured = measure_programs(run, progs) if progs else {}
+    return run.measured
+
+
+def known_programs(run: Run) -> list[Program]:
+    """The task set's known programs that fit `max_seq_len` (computed on first use; no farm)."""
+    if run._known is None:
         device = run.cfg.tasks.variant_device
         if device == "auto":
             device = farm_device(run.cfg)
@@ -446,16 +464,15 @@ def programs(run: Run) -> tuple[list[Program], dict[str, float]]:
                             completion, run.cfg.max_seq_len, run.cfg.sampling.max_new_tokens)
             else:
                 fitted.append(t)
-        run._programs = fitted
-        run._measured = measure_programs(run, fitted) if run.cfg.sft.measure_targets and fitted else {}
-    return run._programs, run._measured or {}
+        run._known = fitted
+    return run._known
 
 
 def sft_pairs(run: Run) -> list[SFTPair]:
     """Every known program under the plain prompt and the contrastive prompt (with no exemplars,
     and with exemplars drawn uniformly from the task's scored programs), except the fast programs
     of held-out tasks (those appear only as exemplars in evaluation prompts, never in SFT data)."""
-    progs, measured = programs(run)
+    progs, measured = known_programs(run), run.measured
     used = [t for t in progs if not (t.task.task_id in run.heldout and t.kind == "fast")]
     n = int(run.cfg.rl.num_exemplars) or int(run.cfg.eval.num_exemplars)
     pairs = []
@@ -737,7 +754,7 @@ def frozen_exemplars(run: Run) -> dict[str, list[Exemplar]]:
     if src.is_file():
         data = json.loads(src.read_text())
     else:
-        progs, measured = programs(run)
+        progs, measured = known_programs(run), run.measured
         data = {}
         n = int(run.cfg.eval.num_exemplars)
         for task in run.tasks:
@@ -762,8 +779,7 @@ def frozen_exemplars(run: Run) -> dict[str, list[Exemplar]]:
 
 def _program_names(run: Run) -> dict[tuple[str, str], str]:
     """(task, code sha) -> program name, for the known programs and the frozen exemplars."""
-    progs, _ = programs(run)
-    return {(p.task.task_id, p.sha): p.name for p in progs}
+    return {(p.task.task_id, p.sha): p.name for p in known_programs(run)}
 
 
 def evaluate(run: Run, params: Any, label: str, *, form: str, samples_per_task: int,
@@ -771,9 +787,12 @@ def evaluate(run: Run, params: Any, label: str, *, form: str, samples_per_task: 
     """Sample `samples_per_task` responses per task under one prompt form, score them, summarize.
 
     `form`: "plain" (the SFT prompt) or "exemplars" (the contrastive prompt with the run's frozen
-    exemplar set, `frozen_exemplars`): every stage is evaluated under the same prompts."""
+    exemplar set, `frozen_exemplars`): every stage is evaluated under the same prompts. Starts the
+    farm unless it runs already. The known programs' speedups (`measure_known_programs`) are
+    read from `run.measured`."""
     if form not in EVAL_FORMS:
         raise TrainConfigError(f"evaluation prompt form must be one of {', '.join(EVAL_FORMS)}, got {form!r}")
+    run.start_farm()
     sampler = _sampler(run, params)
     frozen = frozen_exemplars(run) if form == "exemplars" else {}
     names = _program_names(run)
@@ -956,8 +975,7 @@ def train(cfg: Any) -> dict[str, Path]:
     maybe_initialize_distributed(distributed_config(cfg))
     run = open_run(cfg)
     try:
-        if cfg.sft.measure_targets:
-            programs(run)  # measured once, before any stage: they seed the exemplar buckets
+        measure_known_programs(run)  # once, before any stage: they seed the exemplar buckets
         for stage in stages:
             if stage_done(run, stage):
                 run.policy.release()  # the initial weights start only the first stage
@@ -971,6 +989,8 @@ def train(cfg: Any) -> dict[str, Path]:
             if dropped:
                 log.info("resume: dropped %d database rows newer than the checkpoint", dropped)
             log.info("stage %s: step %d of %d", stage, restored, stage_steps(cfg, stage))
+            if stage in ("selfsup", "rl"):  # they score samples on the farm
+                run.start_farm()
             if stage == "sft":
                 state = run_sft(run, state, restored, offsets[stage])
             elif stage == "selfsup":
