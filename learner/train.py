@@ -2,17 +2,32 @@
 
     python -m learner train --config configs/demo.py [--config.rl.group_size=8 ...]
 
-One jitted step (`learner.train_step`) with a pluggable loss serves every stage:
+The flow, top-down (this module reads in that order):
 
-* sft      masked cross-entropy on (prompt, correct code) pairs.
-* selfsup  sample codes for every task, score them on the farm, train only on the successes
-           (reward 1/0, no baseline); `rounds` x (sample, score, `passes` updates over all of
-           the round's successes; the paper's one update per round is `passes = 1`).
-* rl       contrastive RL: each task's prompt carries `num_exemplars` earlier kernels drawn
-           from its score buckets with their speedups; `group_size` responses per prompt are
-           scored and every success enters the buckets; GRPO update with a KL penalty to the
-           stage's starting policy. With `overlap`, the sampler produces step t+1 while the
-           farm scores step t (the importance ratio uses the behaviour log-probs).
+1. `train(cfg)` checks the stage list, initializes multi-host JAX, and opens the run
+   (`open_run`: workdir, tokenizer and policy, task set, exemplar database, metrics, and one
+   frozen spec per stage built from the config: `SFTSpec`, `SelfSupSpec`, `RLSpec`).
+2. `measure_known_programs` scores the task set's known programs on the farm once (with
+   `sft.measure_targets`): their speedups seed the exemplar buckets and the frozen exemplars.
+3. each configured stage runs through `_run_stage`: skip it when its last checkpoint is final,
+   else restore (or start) its state, drop exemplar rows newer than that checkpoint, start the
+   farm when the stage scores samples, and call the stage's function from `STAGES`:
+
+   * sft      masked cross-entropy on (prompt, correct code) pairs.
+   * selfsup  sample codes for every task, score them on the farm, train only on the successes
+              (reward 1/0, no baseline); `rounds` x (sample, score, `passes` updates over all of
+              the round's successes; the paper's one update per round is `passes = 1`).
+   * rl       contrastive RL: each task's prompt carries `num_exemplars` earlier kernels drawn
+              from its score buckets with their speedups; `group_size` responses per prompt are
+              scored and every success enters the buckets; GRPO update with a KL penalty to the
+              stage's starting policy. With `overlap`, the sampler produces step t+1 while the
+              farm scores step t (the importance ratio uses the behaviour log-probs).
+
+   then evaluates the stage's final policy (`_eval_stage`) under every configured prompt form.
+4. `final_report` writes the report over the stages' evaluations.
+
+One jitted step (`learner.train_step`) with a pluggable loss serves every stage. `rewards`
+owns the outcome-to-reward rule (INFRA_ERROR and LOST are left out of the update).
 
 Steps are numbered globally across the pipeline (stage offsets follow from the config), and
 every scored sample is stored in the exemplar database with the global step that consumed it.
@@ -31,7 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -40,6 +55,7 @@ from tqdm import tqdm
 
 from learner import compile_cache, scale
 from learner.checkpoint import Checkpointer
+from learner.config_check import STAGES as STAGE_ORDER
 from learner.config_check import TrainConfigError, resume_conflicts, validate_config
 from learner.distributed import distributed_config, maybe_initialize_distributed
 from learner.exemplars import ExemplarDB, SampleRecord, code_sha256, sample_random_exemplars
@@ -83,9 +99,204 @@ from learner.train_step import (
 
 log = logging.getLogger(__name__)
 
-STAGES = ("sft", "selfsup", "rl")
+
+def train(cfg: Any) -> dict[str, Path]:
+    """Run (or resume) the configured pipeline; returns the report's paths."""
+    stage_list(cfg)  # a bad stage list is refused before anything starts
+    maybe_initialize_distributed(distributed_config(cfg))
+    run = open_run(cfg)
+    try:
+        measure_known_programs(run)  # once, before any stage: they seed the exemplar buckets
+        for spec in run.specs.values():
+            _run_stage(run, spec)
+        return final_report(run, run.stages)
+    finally:
+        run.close()
+
+
+def _run_stage(run: Run, spec: StageSpec) -> None:
+    """Run one stage from its latest checkpoint (or its start) to its last step, then evaluate it."""
+    if stage_done(run, spec.name):
+        run.policy.release()  # the initial weights start only the first stage
+        log.info("stage %s already complete", spec.name)
+        if _eval_pending(run, spec.name):  # restore the params only when they are needed
+            _eval_stage(run, spec.name, _final_params(run, spec.name))
+        return
+    state, reference, restored = _stage_state(run, spec.name, run.stages)
+    run.policy.release()  # handed to this stage, or not needed: later stages start from checkpoints
+    dropped = run.db.truncate_after(spec.offset + restored)
+    if dropped:
+        log.info("resume: dropped %d database rows newer than the checkpoint", dropped)
+    log.info("stage %s: step %d of %d", spec.name, restored, spec.steps)
+    if spec.uses_farm:
+        run.start_farm()
+    state = STAGES[spec.name](run, spec, state, reference, restored)
+    del reference
+    if _eval_pending(run, spec.name):
+        _eval_stage(run, spec.name, state.params)
+
+
+# ---------------------------------------------------------------------------------------
+# the stages: (run, spec, state, RL's reference params or None, step restored) -> final state
+
+
+def run_sft(run: Run, spec: SFTSpec, state: TrainState, reference: Any, start: int) -> TrainState:
+    """`spec.steps` AdamW steps on batches of (prompt, known program) pairs of one padded length."""
+    rows = _sft_rows(run)
+    log.info("SFT on %d pairs for %d steps", len(rows), spec.steps)
+    lr_at = learning_rate_schedule(spec.optimizer)
+    loss_fn = _lm_loss()
+    batches = LengthGroupedSampler([len(p) + len(c) for p, c in rows], spec.batch_size, int(run.cfg.max_seq_len))
+    with _checkpointer(run, spec.name) as ck, _progress(run, spec.steps, start, spec.name) as bar:
+        for step in range(start, spec.steps):
+            state, m = _sft_step(run, spec, state, rows, batches, step, loss_fn)
+            m["learning_rate"] = float(lr_at(step))
+            run.writer.write(spec.offset + step + 1, m, stage=spec.name)
+            bar.set_postfix(loss=f"{m['loss']:.3f}")
+            bar.update(1)
+            if (step + 1) % 10 == 0 and not run.cfg.progress:
+                log.info("sft step %d/%d loss %.4f (%.2fs/step)", step + 1, spec.steps, m["loss"], m["step_s"])
+            _save(ck, state, spec.checkpoint_every, spec.steps)
+    return state
+
+
+def run_selfsup(run: Run, spec: SelfSupSpec, state: TrainState, reference: Any, start: int) -> TrainState:
+    """`spec.rounds` rounds of `spec.passes` steps each: sample, score, update on the successes."""
+    sampler = _sampler(run, state.params)
+    loss_fn = _lm_loss()
+    k = spec.passes
+    with _checkpointer(run, spec.name) as ck, _progress(run, spec.rounds, start // k, spec.name) as bar:
+        for rnd in range(start // k, spec.rounds):
+            state, m = _selfsup_round(run, spec, state, sampler, rnd, loss_fn)
+            run.writer.write(spec.offset + rnd * k + k, m, stage=spec.name)
+            bar.set_postfix(success=f"{m['success_rate']:.2f}")
+            bar.update(1)
+            _save(ck, state, spec.checkpoint_every, spec.steps)
+    return state
+
+
+def run_rl(run: Run, spec: RLSpec, state: TrainState, reference: Any, start: int) -> TrainState:
+    """`spec.steps` GRPO steps. `reference`: the frozen reference policy (`_stage_state`), None
+    when rl.grpo.kl_coef is 0. With overlap, step t+1's samples are drawn while the farm scores
+    step t's."""
+    loss_fn = make_grpo_loss(spec.grpo)
+    sampler = _sampler(run, state.params)
+    overlap = _rl_overlap(run, spec)
+    pending: _Batch | None = None
+    with _checkpointer(run, spec.name) as ck, _progress(run, spec.steps, start, spec.name) as bar:
+        for step in range(start, spec.steps):
+            gstep = spec.offset + step
+            version = spec.offset + int(jax.device_get(state.step))
+            batch = pending if pending is not None else _rl_generate(run, spec, sampler, gstep, version)
+            pending = None
+            if overlap and step + 1 < spec.steps:  # the sampler works while the farm scores `batch`
+                pending = _rl_generate(run, spec, sampler, gstep + 1, version)
+            state, m = _rl_update(run, spec, state, reference, batch, gstep, version, sampler, loss_fn)
+            run.writer.write(gstep + 1, m, stage=spec.name)
+            bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['reward_mean']:.2f}")
+            bar.update(1)
+            _save(ck, state, spec.checkpoint_every, spec.steps)
+    if pending is not None:  # pragma: no cover - only when the loop exits early
+        run.farm.wait(pending.ids, 60.0)
+    return state
+
+
+StageFn = Callable[["Run", Any, TrainState, Any, int], TrainState]  # spec: the stage's own StageSpec
+STAGES: dict[str, StageFn] = {"sft": run_sft, "selfsup": run_selfsup, "rl": run_rl}  # in pipeline order
 STAGE_LABELS = {"init": "initial policy", "sft": "after SFT", "selfsup": "after self-supervised",
                 "rl": "after contrastive RL"}
+
+
+# ---------------------------------------------------------------------------------------
+# stage specs: what each stage reads, built once from the config (`open_run`)
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardRule:
+    """How a stage turns farm outcomes into rewards (see `rewards`)."""
+
+    kind: str  # a key of REWARD_KINDS
+    clip: float = 0.0  # "speedup": the largest reward
+
+
+@dataclasses.dataclass(frozen=True)
+class StageSpec:
+    """What every stage reads."""
+
+    name: str
+    steps: int  # optimizer steps of the stage
+    offset: int  # global step number before the stage's first step
+    optimizer: OptimizerConfig
+    checkpoint_every: int
+    uses_farm: ClassVar[bool] = True  # scores samples: `_run_stage` starts the farm first
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTSpec(StageSpec):
+    batch_size: int
+    uses_farm: ClassVar[bool] = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfSupSpec(StageSpec):
+    rounds: int
+    passes: int  # updates per round over all of the round's successes (steps = rounds x passes)
+    samples_per_task: int
+    batch_size: int
+    reward: RewardRule
+
+
+@dataclasses.dataclass(frozen=True)
+class RLSpec(StageSpec):
+    tasks_per_step: int
+    group_size: int
+    grpo: GRPOConfig
+    overlap: str  # "on", "off" or "auto"
+    reward: RewardRule
+    num_exemplars: int  # earlier kernels shown in each prompt (0: plain GRPO)
+    exemplar_rule: str  # "bucket" or "random"
+    tau: float  # the bucket rule's temperature
+
+
+def stage_specs(cfg: Any) -> dict[str, StageSpec]:
+    """The configured stages' specs, in pipeline order."""
+    offsets = stage_offsets(cfg)
+    build = {"sft": _sft_spec, "selfsup": _selfsup_spec, "rl": _rl_spec}
+    return {s: build[s](cfg, offsets[s]) for s in stage_list(cfg)}
+
+
+def _sft_spec(cfg: Any, offset: int) -> SFTSpec:
+    return SFTSpec(name="sft", steps=stage_steps(cfg, "sft"), offset=offset,
+                   optimizer=optimizer_config(cfg, "sft"), checkpoint_every=int(cfg.sft.checkpoint_every),
+                   batch_size=int(cfg.sft.batch_size))
+
+
+def _selfsup_spec(cfg: Any, offset: int) -> SelfSupSpec:
+    c = cfg.selfsup
+    return SelfSupSpec(name="selfsup", steps=stage_steps(cfg, "selfsup"), offset=offset,
+                       optimizer=optimizer_config(cfg, "selfsup"), checkpoint_every=1,
+                       rounds=int(c.rounds), passes=int(c.passes), samples_per_task=int(c.samples_per_task),
+                       batch_size=int(c.batch_size), reward=RewardRule("success"))
+
+
+def _rl_spec(cfg: Any, offset: int) -> RLSpec:
+    c = cfg.rl
+    return RLSpec(name="rl", steps=stage_steps(cfg, "rl"), offset=offset,
+                  optimizer=optimizer_config(cfg, "rl"), checkpoint_every=int(cfg.checkpoint_every),
+                  tasks_per_step=int(c.tasks_per_step), group_size=int(c.group_size),
+                  grpo=GRPOConfig(**{k: c.grpo[k] for k in c.grpo.keys()}), overlap=str(c.overlap),
+                  reward=RewardRule("speedup", float(c.reward_clip)), num_exemplars=int(c.num_exemplars),
+                  exemplar_rule=str(c.exemplar_rule), tau=float(c.tau))
+
+
+def optimizer_config(cfg: Any, stage: str) -> OptimizerConfig:
+    """SFT: warmup-stable-decay AdamW with weight decay; selfsup and RL: a constant rate."""
+    if stage == "sft":
+        c = cfg.sft
+        return OptimizerConfig(learning_rate=float(c.learning_rate), warmup_steps=int(c.warmup_steps),
+                               weight_decay=float(c.weight_decay), decay_steps=int(c.decay_steps),
+                               total_steps=int(c.steps))
+    return OptimizerConfig(learning_rate=float(cfg[stage].learning_rate))
 
 
 def stage_label(cfg: Any, stage: str) -> str:
@@ -93,16 +304,14 @@ def stage_label(cfg: Any, stage: str) -> str:
         return "after RL (plain GRPO, no exemplars)"
     return STAGE_LABELS[stage]
 
-
 def stage_list(cfg: Any) -> list[str]:
     stages = [s.strip() for s in str(cfg.stages).split(",") if s.strip()]
-    bad = [s for s in stages if s not in STAGES]
+    bad = [s for s in stages if s not in STAGE_ORDER]
     if bad or not stages:
-        raise TrainConfigError(f"config.stages={cfg.stages!r}: use a comma list of {', '.join(STAGES)}")
-    if stages != sorted(stages, key=STAGES.index) or len(set(stages)) != len(stages):
-        raise TrainConfigError(f"config.stages={cfg.stages!r}: stages run in the order {', '.join(STAGES)}")
+        raise TrainConfigError(f"config.stages={cfg.stages!r}: use a comma list of {', '.join(STAGE_ORDER)}")
+    if stages != sorted(stages, key=STAGE_ORDER.index) or len(set(stages)) != len(stages):
+        raise TrainConfigError(f"config.stages={cfg.stages!r}: stages run in the order {', '.join(STAGE_ORDER)}")
     return stages
-
 
 def stage_steps(cfg: Any, stage: str) -> int:
     if stage == "sft":
@@ -120,11 +329,15 @@ def stage_offsets(cfg: Any) -> dict[str, int]:
     return offsets
 
 
+# ---------------------------------------------------------------------------------------
+# the run: what every stage shares
+
 @dataclasses.dataclass
 class Run:
-    """What every stage shares: config, policy, tasks, farm, database, metrics."""
+    """What every stage shares: config, stage specs, policy, tasks, farm, database, metrics."""
 
-    cfg: Any
+    cfg: Any  # the whole config
+    specs: dict[str, StageSpec]  # the configured stages, in pipeline order
     workdir: Path
     policy: Policy
     tasks: list[TaskInfo]
@@ -135,6 +348,10 @@ class Run:
     measured: dict[str, float] = dataclasses.field(default_factory=dict)  # code sha -> speedup
     _farm: Farm | None = None
     _known: list[Program] | None = None
+
+    @property
+    def stages(self) -> list[str]:
+        return list(self.specs)
 
     @property
     def rl_tasks(self) -> list[TaskInfo]:
@@ -187,26 +404,208 @@ class Run:
         self.db.close()
 
 
+def open_run(cfg: Any, *, record_config: bool = True) -> Run:
+    """Open (or reopen) the run in `cfg.workdir`: refuse a resume under an incompatible config,
+    record the config, build the policy and the stage specs. Starts no farm (`Run.start_farm`)."""
+    validate_config(cfg)
+    specs = stage_specs(cfg)
+    workdir = Path(cfg.workdir)
+    recorded = workdir / "config.json"
+    if record_config and recorded.is_file() and (workdir / "ckpt").is_dir():
+        problems = resume_conflicts(json.loads(recorded.read_text()), cfg)
+        if problems and not cfg.resume_force:
+            raise TrainConfigError(
+                f"{workdir} holds a run with a different config: " + "; ".join(problems)
+                + ". Resuming would mix incompatible steps and exemplar rows: use a new workdir, "
+                "or --config.resume_force=True to resume anyway")
+        for p in problems:
+            log.warning("resume_force: %s", p)
+    workdir.mkdir(parents=True, exist_ok=True)
+    compile_cache.enable(cfg.jax_cache_dir, workdir)  # before the first compilation (build_policy)
+    if record_config:
+        recorded.write_text(cfg.to_json_best_effort(indent=1))
+    tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
+    heldout = frozenset(heldout_ids(cfg, tasks))
+    policy = build_policy(cfg, workdir, _corpus(tasks))
+    scale.run_memory_plan(cfg, policy.model_config, policy.mesh)
+    db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width))
+    writer = MetricsWriter(workdir)
+    settings = FarmSettings.from_config(cfg.farm)
+    return Run(cfg=cfg, specs=specs, workdir=workdir, policy=policy, tasks=tasks, db=db, writer=writer,
+               farm_factory=lambda: Farm(settings, workdir, task_suite=str(cfg.tasks.suite),
+                                         task_hashes={t.task_id: t.sha256 for t in tasks}),
+               heldout=heldout)
+
+def heldout_ids(cfg: Any, tasks: Sequence[TaskInfo]) -> list[str]:
+    """`tasks.heldout` resolved to task ids of the task set (kept out of RL and of SFT's fast
+    programs; evaluated like the others)."""
+    from evalfarm.tasks.suite import builtin_suite, kernelbench_suite
+
+    keys = [k.strip() for k in str(cfg.tasks.heldout).split(",") if k.strip()]
+    if not keys:
+        return []
+    suite = builtin_suite() if cfg.tasks.suite == "builtin" else kernelbench_suite(cfg.tasks.suite)
+    ids = {t.task_id for t in tasks}
+    out = []
+    for k in keys:
+        try:
+            tid = suite.find(k).task_id
+        except Exception as err:  # noqa: BLE001 - an unknown id: say which
+            raise TrainConfigError(f"tasks.heldout: {err}") from None
+        if tid not in ids:
+            raise TrainConfigError(f"tasks.heldout: {k} is not in tasks.ids")
+        out.append(tid)
+    if len(out) >= len(ids) and "rl" in stage_list(cfg):
+        raise TrainConfigError("tasks.heldout holds every task: RL would have nothing to train on")
+    return out
+
+
+def _corpus(tasks: Sequence[TaskInfo]) -> list[str]:
+    from evalfarm.tasks.suite import builtin_suite
+
+    texts = []
+    suite = builtin_suite()
+    for t in suite.entries:
+        texts.append(suite.load(t.task_id).source)
+        texts += [v.path.read_text() for v in suite.variants(t.task_id)]
+    for t in tasks:
+        texts += [sft_prompt(t.source), contrastive_prompt(t.source, [])]
+    texts += [p.completion for p in task_programs(list(tasks), "cpu", mixture=True)]
+    return texts
+
+
+def farm_device(cfg: Any) -> str:
+    if cfg.farm.endpoints:
+        return "cuda"
+    if cfg.farm.local_device != "auto":
+        return str(cfg.farm.local_device)
+    from learner.farm import host_has_gpu
+
+    return "cuda" if host_has_gpu() else "cpu"
+
+
+# ---------------------------------------------------------------------------------------
+# known programs: SFT targets, exemplar seeds, program names in reports
+
+def measure_known_programs(run: Run) -> dict[str, float]:
+    """With `sft.measure_targets`, score the known programs on the farm (`measure_programs`) and
+    keep their speedups in `run.measured` (code sha -> speedup; else it stays empty). Called once
+    before any stage (`train`), and by the paths that evaluate without training."""
+    if run.cfg.sft.measure_targets:
+        progs = known_programs(run)
+        run.measured = measure_programs(run, progs) if progs else {}
+    return run.measured
+
+
+def known_programs(run: Run) -> list[Program]:
+    """The task set's known programs that fit `max_seq_len` (computed on first use; no farm)."""
+    if run._known is None:
+        device = run.cfg.tasks.variant_device
+        if device == "auto":
+            device = farm_device(run.cfg)
+        fitted = []
+        for t in task_programs(run.tasks, device, mixture=run.cfg.tasks.programs == "mixture"):
+            longest = max(len(run.encode_prompt(p.prompt)) + len(run.encode_completion(p.completion))
+                          for p in sft_pairs_for(t))
+            completion = len(run.encode_completion(t.completion))
+            if longest > int(run.cfg.max_seq_len) or completion > int(run.cfg.sampling.max_new_tokens):
+                log.warning("program %s of %s needs %d tokens (completion %d) > max_seq_len=%d "
+                            "(sampling.max_new_tokens=%d); not used", t.name, t.task.task_id, longest,
+                            completion, run.cfg.max_seq_len, run.cfg.sampling.max_new_tokens)
+            else:
+                fitted.append(t)
+        run._known = fitted
+    return run._known
+
+
+def measure_programs(run: Run, programs: Sequence[Program]) -> dict[str, float]:
+    """Score each known program once on the farm (reusing earlier measurements of this run); the
+    OK ones enter the exemplar database (stage "sft", step 0). Returns code sha -> speedup."""
+    known = {r.sample_id: r for r in run.db.records(stage="sft")}
+    todo: list[tuple[str, Program]] = []
+    ids: dict[str, Program] = {}
+    for t in programs:
+        sid = f"sftdata-{t.task.task_id}-{t.sha[:16]}"
+        ids[sid] = t
+        if sid not in known:
+            todo.append((sid, t))
+    if todo:
+        log.info("scoring %d known programs on the farm (their speedups seed the exemplar buckets)", len(todo))
+        run.start_farm()  # only when some program has no score in this workdir yet
+        for sid, t in todo:
+            run.farm.submit(sid, t.task.task_id, t.code, tags={"task": t.task.task_id, "stage": "sft-data"})
+        got = run.farm.wait([sid for sid, _ in todo], float(run.cfg.farm.wait_timeout_s))
+        run.db.add_many(
+            SampleRecord(sample_id=sid, task_id=t.task.task_id, code=t.code.strip(), verdict=got[sid].verdict,
+                         speedup=got[sid].speedup, reward=None, policy_version=-1, step=0, stage="sft",
+                         prompt_version=PROMPT_VERSION, detail=got[sid].detail[:500])
+            for sid, t in todo)
+        for sid, t in todo:
+            if not got[sid].ok and t.kind != "wrong":
+                log.warning("program %s of %s is not OK on this farm (%s); shown without a score",
+                            t.name, t.task.task_id, got[sid].verdict)
+        known = {r.sample_id: r for r in run.db.records(stage="sft")}
+    return {t.sha: known[sid].speedup for sid, t in ids.items()
+            if sid in known and known[sid].speedup is not None}
+
+
+def sft_pairs(run: Run) -> list[SFTPair]:
+    """Every known program under the plain prompt and the contrastive prompt (with no exemplars,
+    and with exemplars drawn uniformly from the task's scored programs), except the fast programs
+    of held-out tasks (those appear only as exemplars in evaluation prompts, never in SFT data)."""
+    progs, measured = known_programs(run), run.measured
+    used = [t for t in progs if not (t.task.task_id in run.heldout and t.kind == "fast")]
+    n = int(run.cfg.rl.num_exemplars) or int(run.cfg.eval.num_exemplars)
+    pairs = []
+    for t in used:
+        scored = [Exemplar(p.code.strip(), measured[p.sha]) for p in used
+                  if p.task.task_id == t.task.task_id and p.sha in measured]
+        pairs += sft_pairs_for(t, exemplars_for_sft(t, scored, n) if n > 0 else [])
+    if run.cfg.tasks.sft_jsonl:
+        pairs += read_jsonl_pairs(run.cfg.tasks.sft_jsonl, run.task_by_id)
+    if not pairs:
+        raise TrainConfigError("no SFT data: the task set has no shipped fast variants for this "
+                               "device and config.tasks.sft_jsonl is empty")
+    return pairs
+
+
+# ---------------------------------------------------------------------------------------
+# rewards
+
+def _success_reward(o: FarmOutcome, rule: RewardRule) -> float:
+    return float(o.ok)
+
+
+def _clipped_speedup_reward(o: FarmOutcome, rule: RewardRule) -> float:
+    return min(o.speedup or 0.0, rule.clip) if o.ok else 0.0
+
+
+REWARD_KINDS: dict[str, Callable[[FarmOutcome, RewardRule], float]] = {
+    "success": _success_reward,  # self-supervised
+    "speedup": _clipped_speedup_reward,  # contrastive RL
+}
+
+
+def rewards(outcomes: Sequence[FarmOutcome], rule: RewardRule) -> list[float | None]:
+    """Each outcome's reward under `rule`:
+
+    * INFRA_ERROR or LOST (the farm's fault, not the policy's): None, left out of the update
+      and stored without a reward;
+    * any other failure (PARSE_FAILURE, a build or correctness failure, a timeout,
+      HACK_DETECTED, ...): 0.0;
+    * OK: kind "success" (self-supervised) 1.0; kind "speedup" (RL) the measured speedup,
+      at most `rule.clip`.
+
+    Known-program measurements and evaluation samples are stored with no reward (None)."""
+    score = REWARD_KINDS[rule.kind]
+    return [None if o.infra else score(o, rule) for o in outcomes]
+
+
 # ---------------------------------------------------------------------------------------
 # state, checkpoints, stage boundaries
 
-
-def _optimizer(lr: float) -> Any:
-    return make_optimizer(OptimizerConfig(learning_rate=lr))
-
-
-def _sft_optimizer(cfg: Any) -> OptimizerConfig:
-    return OptimizerConfig(learning_rate=float(cfg.sft.learning_rate), warmup_steps=int(cfg.sft.warmup_steps),
-                           weight_decay=float(cfg.sft.weight_decay), decay_steps=int(cfg.sft.decay_steps),
-                           total_steps=int(cfg.sft.steps))
-
-
-def _stage_tx(cfg: Any, stage: str) -> Any:
-    if stage == "sft":
-        return make_optimizer(_sft_optimizer(cfg))
-    if stage == "selfsup":
-        return _optimizer(cfg.selfsup.learning_rate)
-    return _optimizer(cfg.rl.learning_rate)
+def _stage_tx(run: Run, stage: str) -> Any:
+    return make_optimizer(optimizer_config(run.cfg, stage))
 
 
 def _checkpointer(run: Run, stage: str) -> Checkpointer:
@@ -217,15 +616,13 @@ def _checkpointer(run: Run, stage: str) -> Checkpointer:
 def _fresh_state(run: Run, stage: str, params: Any) -> TrainState:
     """A new state of `stage`'s optimizer around `params`, which it takes over (a step donates them)."""
     model = nnx.merge(run.policy.graphdef, params)
-    return create_train_state(model, _stage_tx(run.cfg, stage), seed=int(run.cfg.seed),
-                              mesh=run.policy.mesh)
+    return create_train_state(model, _stage_tx(run, stage), seed=int(run.cfg.seed), mesh=run.policy.mesh)
 
 
 def _template(run: Run, stage: str) -> TrainState:
     """What a checkpoint of `stage` restores into: shapes and shardings only, no device memory."""
-    return abstract_train_state(run.policy.graphdef, run.policy.abstract_params, _stage_tx(run.cfg, stage),
+    return abstract_train_state(run.policy.graphdef, run.policy.abstract_params, _stage_tx(run, stage),
                                 mesh=run.policy.mesh)
-
 
 def _final_params(run: Run, stage: str) -> Any:
     """The params a finished stage ended with."""
@@ -259,6 +656,11 @@ def load_stage_params(run: Run, path: Path, step: int | None = None) -> Any:
                 errors.append(f"{stage}: {str(err).splitlines()[0][:200]}")
     raise TrainConfigError(f"cannot restore params from {path} with this model config: " + "; ".join(errors))
 
+def _keeps_reference(run: Run, stage: str) -> bool:
+    """RL with a KL term keeps a frozen copy of its starting params."""
+    spec = run.specs.get(stage)
+    return isinstance(spec, RLSpec) and float(spec.grpo.kl_coef) > 0
+
 
 def _stage_state(run: Run, stage: str, stages: Sequence[str]) -> tuple[TrainState, Any, int]:
     """(state to continue from, RL's frozen reference policy or None, step restored or 0).
@@ -270,9 +672,10 @@ def _stage_state(run: Run, stage: str, stages: Sequence[str]) -> tuple[TrainStat
         latest = ck.latest_step()
         state = ck.restore(_template(run, stage)) if latest is not None else None
     reference = None
-    if state is None or (stage == "rl" and float(run.cfg.rl.grpo.kl_coef) > 0):
+    keep_reference = _keeps_reference(run, stage)
+    if state is None or keep_reference:
         start = _start_params(run, stage, stages)
-        if stage == "rl" and float(run.cfg.rl.grpo.kl_coef) > 0:
+        if keep_reference:
             reference = scale.reference_copy(start, scale.reference_dtype(run.cfg, run.policy.model_config))
         if state is None:
             state = _fresh_state(run, stage, start)
@@ -282,8 +685,7 @@ def _stage_state(run: Run, stage: str, stages: Sequence[str]) -> tuple[TrainStat
 
 def stage_done(run: Run, stage: str) -> bool:
     with _checkpointer(run, stage) as ck:
-        return (ck.latest_step() or 0) >= stage_steps(run.cfg, stage) > 0
-
+        return (ck.latest_step() or 0) >= run.specs[stage].steps > 0
 
 def _save(ck: Checkpointer, state: TrainState, every: int, total: int) -> None:
     step = int(jax.device_get(state.step))
@@ -296,8 +698,229 @@ def _advance(state: TrainState, k: int) -> TrainState:
 
 
 # ---------------------------------------------------------------------------------------
-# scoring helpers
+# stage internals
 
+def _sft_rows(run: Run) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids) of every SFT pair that fits `max_seq_len`."""
+    rows = []
+    for p in sft_pairs(run):
+        prompt, comp = run.encode_prompt(p.prompt), run.encode_completion(p.completion)
+        if len(prompt) + len(comp) > int(run.cfg.max_seq_len):  # user-supplied pairs
+            log.warning("SFT pair for %s is %d tokens > max_seq_len; skipped", p.task_id, len(prompt) + len(comp))
+            continue
+        rows.append((prompt, comp))
+    if not rows:
+        raise TrainConfigError("every SFT pair is longer than max_seq_len")
+    return rows
+
+
+def _sft_step(run: Run, spec: SFTSpec, state: TrainState, rows: Sequence[tuple[list[int], list[int]]],
+              batches: LengthGroupedSampler, step: int, loss_fn: Any) -> tuple[TrainState, dict[str, float]]:
+    """One SFT step on a batch drawn for global step `spec.offset + step`."""
+    pick, length = batches.sample(_np_rng(run, spec.offset + step, 0))
+    t0 = time.perf_counter()
+    batch = lm_batch([rows[i] for i in pick], run.policy.pad_id, int(run.cfg.max_seq_len), length)
+    state, m = scale.step(state, batch, loss_fn, scale.micro_batch_tokens(run.cfg))
+    m = {k: float(v) for k, v in jax.device_get(m).items()}
+    m["step_s"] = time.perf_counter() - t0
+    return state, m
+
+
+def _lm_loss() -> Any:
+    """The SFT and self-supervised loss (one per stage, as a static argument of the step)."""
+    return functools.partial(lm_loss_sum_count, chunk_size=512)
+
+
+def _selfsup_round(run: Run, spec: SelfSupSpec, state: TrainState, sampler: Sampler, rnd: int,
+                   loss_fn: Any) -> tuple[TrainState, dict[str, float]]:
+    """Sample `spec.samples_per_task` codes per task, score them, store them, and take
+    `spec.passes` steps over the successes (or advance the step count when there are none)."""
+    k = spec.passes
+    gstep = spec.offset + rnd * k
+    prompts = _sft_prompts(run, f"selfsup-{gstep}", spec.samples_per_task)
+    rollouts, gen = generate_rollouts(
+        sampler, run.tokenizer, prompts, run.sampling(), _jax_key(run, gstep, 1),
+        policy_version=gstep, batch_size=int(run.cfg.sampling.batch_size))
+    ids = _score_rollouts(run, rollouts, "selfsup")
+    outcomes, waited = _outcomes(run, rollouts, ids)
+    given = rewards([outcomes[r.sample_id] for r in rollouts], spec.reward)
+    reward_of = {r.sample_id: g for r, g in zip(rollouts, given, strict=True)}
+    run.db.add_many(_records(rollouts, outcomes, reward_of, gstep + k, "selfsup"))
+    wins = [(r.prompt_ids, r.completion_ids) for r in rollouts if outcomes[r.sample_id].ok]
+    m = outcome_metrics([outcomes[r.sample_id] for r in rollouts])
+    m.update(tokens_per_s=gen.tokens_per_s, farm_wait_s=waited, successes_trained=len(wins),
+             learning_rate=spec.optimizer.learning_rate, **_length_metrics(rollouts))
+    if not wins:
+        log.info("self-supervised round %d: no successes; no update", rnd)
+        return _advance(state, k), m
+    # one update per pass over all of the round's successes (rows padded with empty,
+    # masked-out completions to a multiple of batch_size: few compiled shapes)
+    rows = list(wins) + [(wins[0][0], [])] * (-len(wins) % spec.batch_size)
+    losses = []
+    for _ in range(k):
+        state, lm = scale.step(state, lm_batch(rows, run.policy.pad_id, int(run.cfg.max_seq_len)),
+                               loss_fn, scale.micro_batch_tokens(run.cfg))
+        losses.append(float(lm["loss"]))
+    m["loss"] = float(np.mean(losses))
+    sampler.update_params(state.params)
+    return state, m
+
+
+def _rl_overlap(run: Run, spec: RLSpec) -> bool:
+    """Whether RL samples step t+1 while the farm scores step t (rl.overlap; "auto": unless the
+    local farm times kernels on this machine's CPU cores)."""
+    overlap = spec.overlap == "on" or (spec.overlap == "auto" and not run.farm.shares_cpu_with_learner)
+    if spec.overlap == "auto" and not overlap:
+        log.warning("rl.overlap is off: the local farm times kernels on this machine's CPU cores, and "
+                    "sampling at the same time would distort its speedups (force with rl.overlap=on)")
+    return overlap
+
+
+@dataclasses.dataclass
+class _Batch:
+    rollouts: list[Rollout]
+    ids: list[str]
+    gen_tokens_per_s: float
+    num_exemplars: float
+
+
+def _rl_generate(run: Run, spec: RLSpec, sampler: Sampler, gstep: int, version: int) -> _Batch:
+    """Sample global step `gstep`'s groups and submit them to the farm."""
+    prompts, shown = _rl_prompts(run, spec, gstep)
+    if not prompts:
+        raise TrainConfigError("no RL prompt fits max_seq_len - sampling.max_new_tokens")
+    rollouts, gen = generate_rollouts(sampler, run.tokenizer, prompts, run.sampling(),
+                                      _jax_key(run, gstep, 4), policy_version=version,
+                                      batch_size=int(run.cfg.sampling.batch_size))
+    ids = _score_rollouts(run, rollouts, "rl")
+    return _Batch(rollouts, ids, gen.tokens_per_s, shown)
+
+
+def _rl_update(run: Run, spec: RLSpec, state: TrainState, reference: Any, batch: _Batch, gstep: int,
+               version: int, sampler: Sampler, loss_fn: Any) -> tuple[TrainState, dict[str, float]]:
+    """Wait for `batch`'s outcomes, store them, take one GRPO step on them, and hand the new
+    params to the sampler. Samples without
+    a reward (`rewards`: INFRA_ERROR, LOST) or measured on another GPU model than the rest of
+    their group (`one_model_per_group`) are left out."""
+    outcomes, waited = _outcomes(run, batch.rollouts, batch.ids)
+    rollouts = batch.rollouts
+    got = [outcomes[r.sample_id] for r in rollouts]
+    given = rewards(got, spec.reward)
+    valid = np.array([g is not None for g in given])
+    reward = np.array([0.0 if g is None else g for g in given], np.float32)
+    groups = np.array([r.group for r in rollouts])
+    valid &= np.array(one_model_per_group(got, groups.tolist()))
+    adv = group_advantages(reward, groups, valid, spec.grpo)
+    reward_of = {r.sample_id: (float(reward[i]) if valid[i] else None) for i, r in enumerate(rollouts)}
+    run.db.add_many(_records(rollouts, outcomes, reward_of, gstep + 1, "rl"))
+    mbt = scale.micro_batch_tokens(run.cfg)
+    b = grpo_batch(rollouts, adv, valid, run.policy.pad_id, int(run.cfg.max_seq_len))
+    t_ref = time.perf_counter()
+    b["ref_logprobs"] = (scale.batch_reference_logprobs(state, reference, b, mbt)
+                         if spec.grpo.kl_coef > 0 else np.zeros_like(b["old_logprobs"]))
+    t0 = time.perf_counter()
+    ref_s = t0 - t_ref
+    state, lm = scale.step(state, b, loss_fn, mbt)
+    sampler.update_params(state.params)
+    m = {k: float(v) for k, v in jax.device_get(lm).items()}
+    m.update(outcome_metrics(got))
+    m.update(reward_mean=float(reward[valid].mean()) if valid.any() else 0.0,
+             adv_mean=float(adv[valid].mean()) if valid.any() else 0.0,
+             adv_std=float(adv[valid].std()) if valid.any() else 0.0,
+             infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s,
+             farm_wait_s=waited, update_s=time.perf_counter() - t0, reference_s=ref_s,
+             staleness=float(version - np.mean([r.policy_version for r in rollouts])),
+             exemplars_in_prompt=batch.num_exemplars, learning_rate=spec.optimizer.learning_rate,
+             **_length_metrics(rollouts))
+    return state, m
+
+def _length_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """Response lengths and the share cut off by max_new_tokens."""
+    if not rollouts:
+        return {}
+    lengths = [len(r.completion_ids) for r in rollouts]
+    return {"response_len_mean": float(np.mean(lengths)), "response_len_max": float(np.max(lengths)),
+            "truncation_rate": float(np.mean([r.finish_reason == "length" for r in rollouts]))}
+
+
+def _sampler(run: Run, params: Any) -> Sampler:
+    model = nnx.merge(run.policy.graphdef, params)
+    s = run.cfg.sampling
+    steps_per_check = int(s.steps_per_check)
+    if str(s.engine) == "continuous":
+        if jax.process_count() > 1:
+            raise TrainConfigError("sampling.engine=continuous runs in one process; use static in multi-host runs")
+        return ContinuousSampler(model, rows=int(s.batch_size), chunk=int(s.engine_chunk),
+                                 pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
+                                 steps_per_check=steps_per_check)
+    return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
+                   steps_per_check=steps_per_check)
+
+
+# ---------------------------------------------------------------------------------------
+# prompts
+
+def _contrastive(run: Run, task: TaskInfo, exemplars: Sequence[Exemplar]) -> str:
+    return contrastive_prompt(task.source, exemplars, order=str(run.cfg.rl.exemplar_order), seed=int(run.cfg.seed))
+
+
+def _prompt_ids(run: Run, task: TaskInfo, exemplars: list[Exemplar] | None) -> tuple[list[int], int] | None:
+    """Token ids of the task's prompt that fit `max_seq_len - max_new_tokens`, and the number of
+    exemplars shown. `exemplars=None`: the SFT prompt; a list: the contrastive prompt, dropping the
+    weakest exemplars until it fits. None when even the smallest form does not fit."""
+    if exemplars is None:
+        ids = run.encode_prompt(sft_prompt(task.source))
+    else:
+        ids = run.encode_prompt(_contrastive(run, task, exemplars))
+        while len(ids) > run.max_prompt_len() and exemplars:
+            exemplars = sorted(exemplars, key=lambda e: (e.speedup, e.code))[1:]
+            ids = run.encode_prompt(_contrastive(run, task, exemplars))
+    if len(ids) > run.max_prompt_len():
+        log.warning("prompt for %s is %d tokens > %d; skipped", task.task_id, len(ids), run.max_prompt_len())
+        return None
+    return ids, len(exemplars or [])
+
+
+def _sft_prompts(run: Run, prefix: str, per_task: int) -> list[Prompt]:
+    out = []
+    for g, t in enumerate(run.tasks):
+        fitted = _prompt_ids(run, t, None)
+        if fitted is not None:
+            out += repeat_prompt(prefix, t.task_id, g, fitted[0], per_task)
+    return out
+
+def _exemplars(run: Run, spec: RLSpec, task: TaskInfo, rng: np.random.Generator) -> list[Exemplar]:
+    """Earlier kernels for the task's contrastive prompt (none for plain GRPO): drawn by the
+    paper's bucket rule, or uniformly among the task's distinct successful codes ("random")."""
+    n = spec.num_exemplars
+    if n <= 0:
+        return []
+    if spec.exemplar_rule == "random":
+        return sample_random_exemplars(run.db, task.task_id, n, rng)
+    return run.db.sample_exemplars(task.task_id, n, spec.tau, rng)
+
+
+def _rl_prompts(run: Run, spec: RLSpec, gstep: int) -> tuple[list[Prompt], float]:
+    """`spec.group_size` samples of the contrastive prompt of each of `spec.tasks_per_step` RL
+    tasks drawn for global step `gstep`, and the mean number of exemplars shown."""
+    rng = _np_rng(run, gstep, 3)
+    tasks = run.rl_tasks
+    n_tasks = min(spec.tasks_per_step, len(tasks))
+    chosen = rng.choice(len(tasks), size=n_tasks, replace=False)
+    out, shown = [], []
+    for g, ti in enumerate(sorted(int(i) for i in chosen)):
+        task = tasks[ti]
+        fitted = _prompt_ids(run, task, _exemplars(run, spec, task, rng))
+        if fitted is None:
+            continue
+        ids, n_shown = fitted
+        shown.append(n_shown)
+        out += repeat_prompt(f"rl-{gstep}", task.task_id, g, ids, spec.group_size)
+    return out, float(np.mean(shown)) if shown else 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# scoring helpers
 
 def _score_rollouts(run: Run, rollouts: Sequence[Rollout], stage: str) -> list[str]:
     """Submit the parsed ones; returns their sample ids."""
@@ -319,55 +942,18 @@ def _outcomes(run: Run, rollouts: Sequence[Rollout], ids: Sequence[str]) -> tupl
     return got, waited
 
 
-def _records(rollouts: Sequence[Rollout], outcomes: dict[str, FarmOutcome], rewards: dict[str, float | None],
+def _records(rollouts: Sequence[Rollout], outcomes: dict[str, FarmOutcome], reward_of: dict[str, float | None],
              step: int, stage: str) -> list[SampleRecord]:
     out = []
     for r in rollouts:
         o = outcomes[r.sample_id]
         out.append(SampleRecord(
             sample_id=r.sample_id, task_id=r.task_id, code=r.code, verdict=o.verdict,
-            speedup=o.speedup, reward=rewards.get(r.sample_id), policy_version=r.policy_version,
+            speedup=o.speedup, reward=reward_of.get(r.sample_id), policy_version=r.policy_version,
             step=step, stage=stage, prompt_version=PROMPT_VERSION,
             detail=(o.hack_reason or o.detail or r.parse_failure)[:500],
         ))
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class RewardRule:
-    """How a stage turns farm outcomes into rewards (see `rewards`)."""
-
-    kind: str  # a key of REWARD_KINDS
-    clip: float = 0.0  # "speedup": the largest reward
-
-
-def _success_reward(o: FarmOutcome, rule: RewardRule) -> float:
-    return float(o.ok)
-
-
-def _clipped_speedup_reward(o: FarmOutcome, rule: RewardRule) -> float:
-    return min(o.speedup or 0.0, rule.clip) if o.ok else 0.0
-
-
-REWARD_KINDS: dict[str, Callable[[FarmOutcome, RewardRule], float]] = {
-    "success": _success_reward,  # self-supervised
-    "speedup": _clipped_speedup_reward,  # contrastive RL
-}
-
-
-def rewards(outcomes: Sequence[FarmOutcome], rule: RewardRule) -> list[float | None]:
-    """Each outcome's reward under `rule`:
-
-    * INFRA_ERROR or LOST (the farm's fault, not the policy's): None, left out of the update
-      and stored without a reward;
-    * any other failure (PARSE_FAILURE, a build or correctness failure, a timeout,
-      HACK_DETECTED, ...): 0.0;
-    * OK: kind "success" (self-supervised) 1.0; kind "speedup" (RL) the measured speedup,
-      at most `rule.clip`.
-
-    Known-program measurements and evaluation samples are stored with no reward (None)."""
-    score = REWARD_KINDS[rule.kind]
-    return [None if o.infra else score(o, rule) for o in outcomes]
 
 
 def outcome_metrics(outcomes: Sequence[FarmOutcome]) -> dict[str, float]:
@@ -403,336 +989,7 @@ def _progress(run: Run, total: int, initial: int, desc: str) -> tqdm:
 
 
 # ---------------------------------------------------------------------------------------
-# stages
-
-
-def measure_programs(run: Run, programs: Sequence[Program]) -> dict[str, float]:
-    """Score each known program once on the farm (reusing earlier measurements of this run); the
-    OK ones enter the exemplar database (stage "sft", step 0). Returns code sha -> speedup."""
-    known = {r.sample_id: r for r in run.db.records(stage="sft")}
-    todo: list[tuple[str, Program]] = []
-    ids: dict[str, Program] = {}
-    for t in programs:
-        sid = f"sftdata-{t.task.task_id}-{t.sha[:16]}"
-        ids[sid] = t
-        if sid not in known:
-            todo.append((sid, t))
-    if todo:
-        log.info("scoring %d known programs on the farm (their speedups seed the exemplar buckets)", len(todo))
-        run.start_farm()  # only when some program has no score in this workdir yet
-        for sid, t in todo:
-            run.farm.submit(sid, t.task.task_id, t.code, tags={"task": t.task.task_id, "stage": "sft-data"})
-        got = run.farm.wait([sid for sid, _ in todo], float(run.cfg.farm.wait_timeout_s))
-        run.db.add_many(
-            SampleRecord(sample_id=sid, task_id=t.task.task_id, code=t.code.strip(), verdict=got[sid].verdict,
-                         speedup=got[sid].speedup, reward=None, policy_version=-1, step=0, stage="sft",
-                         prompt_version=PROMPT_VERSION, detail=got[sid].detail[:500])
-            for sid, t in todo)
-        for sid, t in todo:
-            if not got[sid].ok and t.kind != "wrong":
-                log.warning("program %s of %s is not OK on this farm (%s); shown without a score",
-                            t.name, t.task.task_id, got[sid].verdict)
-        known = {r.sample_id: r for r in run.db.records(stage="sft")}
-    return {t.sha: known[sid].speedup for sid, t in ids.items()
-            if sid in known and known[sid].speedup is not None}
-
-
-def measure_known_programs(run: Run) -> dict[str, float]:
-    """With `sft.measure_targets`, score the known programs on the farm (`measure_programs`) and
-    keep their speedups in `run.measured` (code sha -> speedup; else it stays empty). Called once
-    before any stage (`train`), and by the paths that evaluate without training."""
-    if run.cfg.sft.measure_targets:
-        progs = known_programs(run)
-        run.measured = measure_programs(run, progs) if progs else {}
-    return run.measured
-
-
-def known_programs(run: Run) -> list[Program]:
-    """The task set's known programs that fit `max_seq_len` (computed on first use; no farm)."""
-    if run._known is None:
-        device = run.cfg.tasks.variant_device
-        if device == "auto":
-            device = farm_device(run.cfg)
-        fitted = []
-        for t in task_programs(run.tasks, device, mixture=run.cfg.tasks.programs == "mixture"):
-            longest = max(len(run.encode_prompt(p.prompt)) + len(run.encode_completion(p.completion))
-                          for p in sft_pairs_for(t))
-            completion = len(run.encode_completion(t.completion))
-            if longest > int(run.cfg.max_seq_len) or completion > int(run.cfg.sampling.max_new_tokens):
-                log.warning("program %s of %s needs %d tokens (completion %d) > max_seq_len=%d "
-                            "(sampling.max_new_tokens=%d); not used", t.name, t.task.task_id, longest,
-                            completion, run.cfg.max_seq_len, run.cfg.sampling.max_new_tokens)
-            else:
-                fitted.append(t)
-        run._known = fitted
-    return run._known
-
-
-def sft_pairs(run: Run) -> list[SFTPair]:
-    """Every known program under the plain prompt and the contrastive prompt (with no exemplars,
-    and with exemplars drawn uniformly from the task's scored programs), except the fast programs
-    of held-out tasks (those appear only as exemplars in evaluation prompts, never in SFT data)."""
-    progs, measured = known_programs(run), run.measured
-    used = [t for t in progs if not (t.task.task_id in run.heldout and t.kind == "fast")]
-    n = int(run.cfg.rl.num_exemplars) or int(run.cfg.eval.num_exemplars)
-    pairs = []
-    for t in used:
-        scored = [Exemplar(p.code.strip(), measured[p.sha]) for p in used
-                  if p.task.task_id == t.task.task_id and p.sha in measured]
-        pairs += sft_pairs_for(t, exemplars_for_sft(t, scored, n) if n > 0 else [])
-    if run.cfg.tasks.sft_jsonl:
-        pairs += read_jsonl_pairs(run.cfg.tasks.sft_jsonl, run.task_by_id)
-    if not pairs:
-        raise TrainConfigError("no SFT data: the task set has no shipped fast variants for this "
-                               "device and config.tasks.sft_jsonl is empty")
-    return pairs
-
-
-def run_sft(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
-    cfg = run.cfg
-    total = int(cfg.sft.steps)
-    rows = []
-    for p in sft_pairs(run):
-        prompt, comp = run.encode_prompt(p.prompt), run.encode_completion(p.completion)
-        if len(prompt) + len(comp) > int(cfg.max_seq_len):  # user-supplied pairs
-            log.warning("SFT pair for %s is %d tokens > max_seq_len; skipped", p.task_id, len(prompt) + len(comp))
-            continue
-        rows.append((prompt, comp))
-    if not rows:
-        raise TrainConfigError("every SFT pair is longer than max_seq_len")
-    log.info("SFT on %d pairs for %d steps", len(rows), total)
-    lr_at = learning_rate_schedule(_sft_optimizer(cfg))
-    loss_fn = functools.partial(lm_loss_sum_count, chunk_size=512)
-    batches = LengthGroupedSampler([len(p) + len(c) for p, c in rows], int(cfg.sft.batch_size),
-                                   int(cfg.max_seq_len))
-    with _checkpointer(run, "sft") as ck, _progress(run, total, start, "sft") as bar:
-        for step in range(start, total):
-            pick, length = batches.sample(_np_rng(run, offset + step, 0))
-            t0 = time.perf_counter()
-            state, m = scale.step(state, lm_batch([rows[i] for i in pick], run.policy.pad_id,
-                                                  int(cfg.max_seq_len), length), loss_fn,
-                                  scale.micro_batch_tokens(cfg))
-            m = {k: float(v) for k, v in jax.device_get(m).items()}
-            m["step_s"] = time.perf_counter() - t0
-            m["learning_rate"] = float(lr_at(step))
-            run.writer.write(offset + step + 1, m, stage="sft")
-            bar.set_postfix(loss=f"{m['loss']:.3f}")
-            bar.update(1)
-            if (step + 1) % 10 == 0 and not cfg.progress:
-                log.info("sft step %d/%d loss %.4f (%.2fs/step)", step + 1, total, m["loss"], m["step_s"])
-            _save(ck, state, int(cfg.sft.checkpoint_every), total)
-    return state
-
-
-def _contrastive(run: Run, task: TaskInfo, exemplars: Sequence[Exemplar]) -> str:
-    return contrastive_prompt(task.source, exemplars, order=str(run.cfg.rl.exemplar_order), seed=int(run.cfg.seed))
-
-
-def _prompt_ids(run: Run, task: TaskInfo, exemplars: list[Exemplar] | None) -> tuple[list[int], int] | None:
-    """Token ids of the task's prompt that fit `max_seq_len - max_new_tokens`, and the number of
-    exemplars shown. `exemplars=None`: the SFT prompt; a list: the contrastive prompt, dropping the
-    weakest exemplars until it fits. None when even the smallest form does not fit."""
-    if exemplars is None:
-        ids = run.encode_prompt(sft_prompt(task.source))
-    else:
-        ids = run.encode_prompt(_contrastive(run, task, exemplars))
-        while len(ids) > run.max_prompt_len() and exemplars:
-            exemplars = sorted(exemplars, key=lambda e: (e.speedup, e.code))[1:]
-            ids = run.encode_prompt(_contrastive(run, task, exemplars))
-    if len(ids) > run.max_prompt_len():
-        log.warning("prompt for %s is %d tokens > %d; skipped", task.task_id, len(ids), run.max_prompt_len())
-        return None
-    return ids, len(exemplars or [])
-
-
-def _sft_prompts(run: Run, prefix: str, per_task: int) -> list[Prompt]:
-    out = []
-    for g, t in enumerate(run.tasks):
-        fitted = _prompt_ids(run, t, None)
-        if fitted is not None:
-            out += repeat_prompt(prefix, t.task_id, g, fitted[0], per_task)
-    return out
-
-
-def run_selfsup(run: Run, state: TrainState, start: int, offset: int) -> TrainState:
-    cfg = run.cfg.selfsup
-    k = int(cfg.passes)
-    total = int(cfg.rounds) * k
-    sampler = _sampler(run, state.params)
-    loss_fn = functools.partial(lm_loss_sum_count, chunk_size=512)
-    with _checkpointer(run, "selfsup") as ck, _progress(run, int(cfg.rounds), start // k, "selfsup") as bar:
-        for rnd in range(start // k, int(cfg.rounds)):
-            step0 = rnd * k
-            gstep = offset + step0
-            prompts = _sft_prompts(run, f"selfsup-{gstep}", int(cfg.samples_per_task))
-            rollouts, gen = generate_rollouts(
-                sampler, run.tokenizer, prompts, run.sampling(), _jax_key(run, gstep, 1),
-                policy_version=gstep, batch_size=int(run.cfg.sampling.batch_size))
-            ids = _score_rollouts(run, rollouts, "selfsup")
-            outcomes, waited = _outcomes(run, rollouts, ids)
-            given = rewards([outcomes[r.sample_id] for r in rollouts], RewardRule("success"))
-            reward_of = {r.sample_id: g for r, g in zip(rollouts, given, strict=True)}
-            run.db.add_many(_records(rollouts, outcomes, reward_of, offset + step0 + k, "selfsup"))
-            wins = [(r.prompt_ids, r.completion_ids) for r in rollouts if outcomes[r.sample_id].ok]
-            m = outcome_metrics([outcomes[r.sample_id] for r in rollouts])
-            m.update(tokens_per_s=gen.tokens_per_s, farm_wait_s=waited, successes_trained=len(wins),
-                     learning_rate=float(cfg.learning_rate), **_length_metrics(rollouts))
-            if wins:
-                # one update per pass over all of the round's successes (rows padded with empty,
-                # masked-out completions to a multiple of batch_size: few compiled shapes)
-                bs = int(cfg.batch_size)
-                rows = list(wins) + [(wins[0][0], [])] * (-len(wins) % bs)
-                losses = []
-                for _ in range(k):
-                    state, lm = scale.step(state, lm_batch(rows, run.policy.pad_id, int(run.cfg.max_seq_len)),
-                                           loss_fn, scale.micro_batch_tokens(run.cfg))
-                    losses.append(float(lm["loss"]))
-                m["loss"] = float(np.mean(losses))
-                sampler.update_params(state.params)
-            else:
-                log.info("self-supervised round %d: no successes; no update", rnd)
-                state = _advance(state, k)
-            run.writer.write(offset + step0 + k, m, stage="selfsup")
-            bar.set_postfix(success=f"{m['success_rate']:.2f}")
-            bar.update(1)
-            _save(ck, state, 1, total)
-    return state
-
-
-def _length_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
-    """Response lengths and the share cut off by max_new_tokens."""
-    if not rollouts:
-        return {}
-    lengths = [len(r.completion_ids) for r in rollouts]
-    return {"response_len_mean": float(np.mean(lengths)), "response_len_max": float(np.max(lengths)),
-            "truncation_rate": float(np.mean([r.finish_reason == "length" for r in rollouts]))}
-
-
-def _sampler(run: Run, params: Any) -> Sampler:
-    model = nnx.merge(run.policy.graphdef, params)
-    s = run.cfg.sampling
-    steps_per_check = int(s.steps_per_check)
-    if str(s.engine) == "continuous":
-        if jax.process_count() > 1:
-            raise TrainConfigError("sampling.engine=continuous runs in one process; use static in multi-host runs")
-        return ContinuousSampler(model, rows=int(s.batch_size), chunk=int(s.engine_chunk),
-                                 pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
-                                 steps_per_check=steps_per_check)
-    return Sampler(model, pad_id=run.policy.pad_id, min_bucket=64, mesh=run.policy.mesh,
-                   steps_per_check=steps_per_check)
-
-
-@dataclasses.dataclass
-class _Batch:
-    rollouts: list[Rollout]
-    ids: list[str]
-    gen_tokens_per_s: float
-    num_exemplars: float
-
-
-def _exemplars(run: Run, task: TaskInfo, rng: np.random.Generator) -> list[Exemplar]:
-    """Earlier kernels for the task's contrastive prompt (none for plain GRPO): drawn by the
-    paper's bucket rule, or uniformly among the task's distinct successful codes ("random")."""
-    n = int(run.cfg.rl.num_exemplars)
-    if n <= 0:
-        return []
-    if run.cfg.rl.exemplar_rule == "random":
-        return sample_random_exemplars(run.db, task.task_id, n, rng)
-    return run.db.sample_exemplars(task.task_id, n, float(run.cfg.rl.tau), rng)
-
-
-def _rl_prompts(run: Run, gstep: int) -> tuple[list[Prompt], float]:
-    cfg = run.cfg.rl
-    rng = _np_rng(run, gstep, 3)
-    tasks = run.rl_tasks
-    n_tasks = min(int(cfg.tasks_per_step), len(tasks))
-    chosen = rng.choice(len(tasks), size=n_tasks, replace=False)
-    out, shown = [], []
-    for g, ti in enumerate(sorted(int(i) for i in chosen)):
-        task = tasks[ti]
-        fitted = _prompt_ids(run, task, _exemplars(run, task, rng))
-        if fitted is None:
-            continue
-        ids, n_shown = fitted
-        shown.append(n_shown)
-        out += repeat_prompt(f"rl-{gstep}", task.task_id, g, ids, int(cfg.group_size))
-    return out, float(np.mean(shown)) if shown else 0.0
-
-
-def _rl_generate(run: Run, sampler: Sampler, gstep: int, version: int) -> _Batch:
-    prompts, shown = _rl_prompts(run, gstep)
-    if not prompts:
-        raise TrainConfigError("no RL prompt fits max_seq_len - sampling.max_new_tokens")
-    rollouts, gen = generate_rollouts(sampler, run.tokenizer, prompts, run.sampling(),
-                                      _jax_key(run, gstep, 4), policy_version=version,
-                                      batch_size=int(run.cfg.sampling.batch_size))
-    ids = _score_rollouts(run, rollouts, "rl")
-    return _Batch(rollouts, ids, gen.tokens_per_s, shown)
-
-
-def run_rl(run: Run, state: TrainState, ref_params: Any, start: int, offset: int) -> TrainState:
-    """`ref_params`: the frozen reference policy (`_stage_state`), None when rl.grpo.kl_coef is 0."""
-    cfg = run.cfg.rl
-    total = int(cfg.steps)
-    gcfg = GRPOConfig(**{k: cfg.grpo[k] for k in cfg.grpo.keys()})
-    loss_fn = make_grpo_loss(gcfg)
-    sampler = _sampler(run, state.params)
-    max_len = int(run.cfg.max_seq_len)
-    mbt = scale.micro_batch_tokens(run.cfg)
-    pending: _Batch | None = None
-    overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and not run.farm.shares_cpu_with_learner)
-    if cfg.overlap == "auto" and not overlap:
-        log.warning("rl.overlap is off: the local farm times kernels on this machine's CPU cores, and "
-                    "sampling at the same time would distort its speedups (force with rl.overlap=on)")
-    with _checkpointer(run, "rl") as ck, _progress(run, total, start, "rl") as bar:
-        for step in range(start, total):
-            gstep = offset + step
-            version = offset + int(jax.device_get(state.step))
-            batch = pending if pending is not None else _rl_generate(run, sampler, gstep, version)
-            pending = None
-            if overlap and step + 1 < total:  # the sampler works while the farm scores `batch`
-                pending = _rl_generate(run, sampler, gstep + 1, version)
-            outcomes, waited = _outcomes(run, batch.rollouts, batch.ids)
-            rollouts = batch.rollouts
-            got = [outcomes[r.sample_id] for r in rollouts]
-            given = rewards(got, RewardRule("speedup", float(cfg.reward_clip)))
-            valid = np.array([g is not None for g in given])
-            reward = np.array([0.0 if g is None else g for g in given], np.float32)
-            groups = np.array([r.group for r in rollouts])
-            valid &= np.array(one_model_per_group(got, groups.tolist()))
-            adv = group_advantages(reward, groups, valid, gcfg)
-            reward_of = {r.sample_id: (float(reward[i]) if valid[i] else None) for i, r in enumerate(rollouts)}
-            run.db.add_many(_records(rollouts, outcomes, reward_of, gstep + 1, "rl"))
-            b = grpo_batch(rollouts, adv, valid, run.policy.pad_id, max_len)
-            t_ref = time.perf_counter()
-            b["ref_logprobs"] = (scale.batch_reference_logprobs(state, ref_params, b, mbt)
-                                 if gcfg.kl_coef > 0 else np.zeros_like(b["old_logprobs"]))
-            t0 = time.perf_counter()
-            ref_s = t0 - t_ref
-            state, lm = scale.step(state, b, loss_fn, mbt)
-            sampler.update_params(state.params)
-            m = {k: float(v) for k, v in jax.device_get(lm).items()}
-            m.update(outcome_metrics([outcomes[r.sample_id] for r in rollouts]))
-            m.update(reward_mean=float(reward[valid].mean()) if valid.any() else 0.0,
-                     adv_mean=float(adv[valid].mean()) if valid.any() else 0.0,
-                     adv_std=float(adv[valid].std()) if valid.any() else 0.0,
-                     infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s,
-                     farm_wait_s=waited, update_s=time.perf_counter() - t0, reference_s=ref_s,
-                     staleness=float(version - np.mean([r.policy_version for r in rollouts])),
-                     exemplars_in_prompt=batch.num_exemplars, learning_rate=float(cfg.learning_rate),
-                     **_length_metrics(rollouts))
-            run.writer.write(gstep + 1, m, stage="rl")
-            bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['reward_mean']:.2f}")
-            bar.update(1)
-            _save(ck, state, int(run.cfg.checkpoint_every), total)
-    if pending is not None:  # pragma: no cover - only when the loop exits early
-        run.farm.wait(pending.ids, 60.0)
-    return state
-
-
-# ---------------------------------------------------------------------------------------
 # evaluation and the report
-
 
 EVAL_FORMS = ("plain", "exemplars")
 FORM_LABELS = {"plain": "plain prompt", "exemplars": "frozen exemplars"}
@@ -884,122 +1141,3 @@ def final_report(run: Run, stages: Sequence[str]) -> dict[str, Path]:
     print("\n" + paths["txt"].read_text(), flush=True)
     print(f"report: {', '.join(str(p) for p in paths.values())}", flush=True)
     return paths
-
-
-# ---------------------------------------------------------------------------------------
-# entry point
-
-
-def farm_device(cfg: Any) -> str:
-    if cfg.farm.endpoints:
-        return "cuda"
-    if cfg.farm.local_device != "auto":
-        return str(cfg.farm.local_device)
-    from learner.farm import host_has_gpu
-
-    return "cuda" if host_has_gpu() else "cpu"
-
-
-def _corpus(tasks: Sequence[TaskInfo]) -> list[str]:
-    from evalfarm.tasks.suite import builtin_suite
-
-    texts = []
-    suite = builtin_suite()
-    for t in suite.entries:
-        texts.append(suite.load(t.task_id).source)
-        texts += [v.path.read_text() for v in suite.variants(t.task_id)]
-    for t in tasks:
-        texts += [sft_prompt(t.source), contrastive_prompt(t.source, [])]
-    texts += [p.completion for p in task_programs(list(tasks), "cpu", mixture=True)]
-    return texts
-
-
-def open_run(cfg: Any, *, record_config: bool = True) -> Run:
-    validate_config(cfg)
-    workdir = Path(cfg.workdir)
-    recorded = workdir / "config.json"
-    if record_config and recorded.is_file() and (workdir / "ckpt").is_dir():
-        problems = resume_conflicts(json.loads(recorded.read_text()), cfg)
-        if problems and not cfg.resume_force:
-            raise TrainConfigError(
-                f"{workdir} holds a run with a different config: " + "; ".join(problems)
-                + ". Resuming would mix incompatible steps and exemplar rows: use a new workdir, "
-                "or --config.resume_force=True to resume anyway")
-        for p in problems:
-            log.warning("resume_force: %s", p)
-    workdir.mkdir(parents=True, exist_ok=True)
-    compile_cache.enable(cfg.jax_cache_dir, workdir)  # before the first compilation (build_policy)
-    if record_config:
-        recorded.write_text(cfg.to_json_best_effort(indent=1))
-    tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
-    heldout = frozenset(heldout_ids(cfg, tasks))
-    policy = build_policy(cfg, workdir, _corpus(tasks))
-    scale.run_memory_plan(cfg, policy.model_config, policy.mesh)
-    db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width))
-    writer = MetricsWriter(workdir)
-    settings = FarmSettings.from_config(cfg.farm)
-    return Run(cfg=cfg, workdir=workdir, policy=policy, tasks=tasks, db=db, writer=writer,
-               farm_factory=lambda: Farm(settings, workdir, task_suite=str(cfg.tasks.suite),
-                                         task_hashes={t.task_id: t.sha256 for t in tasks}),
-               heldout=heldout)
-
-
-def heldout_ids(cfg: Any, tasks: Sequence[TaskInfo]) -> list[str]:
-    """`tasks.heldout` resolved to task ids of the task set (kept out of RL and of SFT's fast
-    programs; evaluated like the others)."""
-    from evalfarm.tasks.suite import builtin_suite, kernelbench_suite
-
-    keys = [k.strip() for k in str(cfg.tasks.heldout).split(",") if k.strip()]
-    if not keys:
-        return []
-    suite = builtin_suite() if cfg.tasks.suite == "builtin" else kernelbench_suite(cfg.tasks.suite)
-    ids = {t.task_id for t in tasks}
-    out = []
-    for k in keys:
-        try:
-            tid = suite.find(k).task_id
-        except Exception as err:  # noqa: BLE001 - an unknown id: say which
-            raise TrainConfigError(f"tasks.heldout: {err}") from None
-        if tid not in ids:
-            raise TrainConfigError(f"tasks.heldout: {k} is not in tasks.ids")
-        out.append(tid)
-    if len(out) >= len(ids) and "rl" in stage_list(cfg):
-        raise TrainConfigError("tasks.heldout holds every task: RL would have nothing to train on")
-    return out
-
-
-def train(cfg: Any) -> dict[str, Path]:
-    """Run (or resume) the configured pipeline; returns the report's paths."""
-    stages = stage_list(cfg)
-    offsets = stage_offsets(cfg)
-    maybe_initialize_distributed(distributed_config(cfg))
-    run = open_run(cfg)
-    try:
-        measure_known_programs(run)  # once, before any stage: they seed the exemplar buckets
-        for stage in stages:
-            if stage_done(run, stage):
-                run.policy.release()  # the initial weights start only the first stage
-                log.info("stage %s already complete", stage)
-                if _eval_pending(run, stage):  # restore the params only when they are needed
-                    _eval_stage(run, stage, _final_params(run, stage))
-                continue
-            state, reference, restored = _stage_state(run, stage, stages)
-            run.policy.release()  # handed to this stage, or not needed: later stages start from checkpoints
-            dropped = run.db.truncate_after(offsets[stage] + restored)
-            if dropped:
-                log.info("resume: dropped %d database rows newer than the checkpoint", dropped)
-            log.info("stage %s: step %d of %d", stage, restored, stage_steps(cfg, stage))
-            if stage in ("selfsup", "rl"):  # they score samples on the farm
-                run.start_farm()
-            if stage == "sft":
-                state = run_sft(run, state, restored, offsets[stage])
-            elif stage == "selfsup":
-                state = run_selfsup(run, state, restored, offsets[stage])
-            else:
-                state = run_rl(run, state, reference, restored, offsets[stage])
-                del reference
-            if _eval_pending(run, stage):
-                _eval_stage(run, stage, state.params)
-        return final_report(run, stages)
-    finally:
-        run.close()
