@@ -2,7 +2,7 @@
 
 ``config.model.hf_dir`` set: the pretrained checkpoint and its own tokenizer, loaded straight onto
 the mesh. Empty: a randomly initialised model of the configured shape and a byte-level BPE
-fitted to the task suite (`learner.vocab`), which is what the CPU demo trains.
+fitted to the task suite (`learner.lm.vocab`), which is what the CPU demo trains.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from learner.lm.hf_io import load_hf_model
 from learner.lm.model import Transformer
 from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
 from learner.lm.tokenizer import Tokenizer
-from learner.vocab import train_tokenizer
+from learner.lm.vocab import train_tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -232,7 +232,7 @@ def test_rewards_leave_infra_out_and_score_failures_zero():
 
 
 def test_scratch_tokenizer_round_trips_code(tmp_path):
-    from learner.vocab import train_tokenizer
+    from learner.lm.vocab import train_tokenizer
 
     tasks = load_task_set("builtin", "L1/1,L2/6")
     texts = [t.source for t in tasks] * 3
