@@ -23,9 +23,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 
 {
-  JAX_PLATFORMS=cpu "$PY" -m learner.memory_plan --model qwen2.5-7b --hardware h200 --devices 8 \
+  JAX_PLATFORMS=cpu "$PY" -m learner.runtime.device_memory --model qwen2.5-7b --hardware h200 --devices 8 \
       --config configs/gpu_cluster.py
-  JAX_PLATFORMS=cpu "$PY" -m learner.memory_plan --model qwen2.5-7b --hardware v5p --devices 4 \
+  JAX_PLATFORMS=cpu "$PY" -m learner.runtime.device_memory --model qwen2.5-7b --hardware v5p --devices 4 \
       --config configs/tpu_pod.py
 } 2>&1 | tee "$OUT/memory_plan.txt"
 

@@ -69,13 +69,13 @@ def base_config() -> ml_collections.ConfigDict:
     # (learner.lm.sampler.unrolled_body). Same tokens for any value.
     c.sampling.steps_per_check = 1  # decode steps between two checks of "every row done?"
 
-    c.train = ml_collections.ConfigDict()  # how updates run on the mesh (learner.scale)
+    c.train = ml_collections.ConfigDict()  # how updates run on the mesh (learner.runtime.scale)
     c.train.micro_batch_tokens = 0  # tokens per micro-batch over the whole mesh; 0 = one pass
     c.train.hardware = ""  # h100, h200, v5p, ... for the memory plan; "" = what the runtime reports
     c.train.device_memory_gb = 0.0  # device memory (GB) for the memory plan; overrides train.hardware when > 0
     c.train.memory_headroom = 0.9  # fraction of device memory the memory plan may fill
 
-    c.distributed = ml_collections.ConfigDict()  # multi-host start (learner.distributed)
+    c.distributed = ml_collections.ConfigDict()  # multi-host start (learner.runtime.distributed)
     c.distributed.mode = "auto"  # start multi-host JAX: "auto" when a coordinator/SLURM/TPU pod is detected; "on"; "off"
     c.distributed.coordinator_address = ""  # host:port of process 0 ("" = environment)
     c.distributed.num_processes = 0  # processes of the job (0 = from the environment / auto-detect)

@@ -29,7 +29,7 @@ long as the farm's share (128 candidates x 9.8 s / GPUs).
 The learner runs as one JAX process over the host's GPUs (mesh axes from config.mesh): params,
 gradients and AdamW state sharded over the GPUs, a compute-dtype reference, a bf16 rollout copy
 per GPU, the KV cache of sampling.batch_size rows, one 65536-token micro-batch. Memory plan per
-GPU, `python -m learner.memory_plan --config configs/gpu_cluster.py --model M --hardware H
+GPU, `python -m learner.runtime.device_memory --config configs/gpu_cluster.py --model M --hardware H
 --devices N` (budget: 90% of the GPU's memory):
 
     qwen2.5-7b on h200 x8: ~40 GB of a 126.9 GB budget: fits

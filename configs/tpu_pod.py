@@ -10,7 +10,7 @@ scored on a GPU evalfarm.
         --config.farm.token_file=/etc/evalfarm/token --config.workdir=/mnt/runs/crl-tpu
 
 The mesh puts all chips on the fsdp axis (rows of every batch are split over them, weights
-gathered per layer). Memory plan per chip, `python -m learner.memory_plan --config
+gathered per layer). Memory plan per chip, `python -m learner.runtime.device_memory --config
 configs/tpu_pod.py --model M --hardware H --devices N` (budget: 90% of the chip's memory):
 
     qwen2.5-7b on v5p x4: ~68 GB of an 85.5 GB budget: fits

@@ -44,9 +44,14 @@ from learner.lm.sharding import (
     create_sharded_model,
     make_mesh,
 )
-from learner.losses import lm_loss_sum_count
-from learner.microbatch import micro_batch_count
-from learner.train_step import OptimizerConfig, create_train_state, make_optimizer, train_step
+from learner.runtime.losses import lm_loss_sum_count
+from learner.runtime.microbatch import micro_batch_count
+from learner.runtime.train_step import (
+    OptimizerConfig,
+    create_train_state,
+    make_optimizer,
+    train_step,
+)
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +236,7 @@ SUITES: dict[str, dict[str, Any]] = {
 def _suite_model(name: str) -> ModelConfig:
     if name == "tiny":
         return tiny_config()
-    from learner.memory_plan import model_shape
+    from learner.runtime.device_memory import model_shape
 
     return model_shape(name, param_dtype="float32", compute_dtype="bfloat16", remat=True,
                        rope=dataclasses.replace(

@@ -24,8 +24,8 @@ from learner.lm.config import ModelConfig
 from learner.lm.model import Transformer
 from learner.lm.sampler import Sampler, SamplingConfig
 from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
-from learner.scale import batch_reference_logprobs, micro_batches_for, reference_copy, step
-from learner.train_step import OptimizerConfig, create_train_state, make_optimizer
+from learner.runtime.scale import batch_reference_logprobs, micro_batches_for, reference_copy, step
+from learner.runtime.train_step import OptimizerConfig, create_train_state, make_optimizer
 
 
 def _peak_gb(devices: Sequence[jax.Device] | None = None) -> float | None:

@@ -21,7 +21,7 @@ throughput (= t_1 / (N t_N) for one global batch), per phase and for the whole s
 (issue "multi-GPU run"): >= 90% on 2-4 GPUs, >= 85% on 8.
 
 `big` takes a run config (default configs/gpu_cluster.py: a 7B Qwen2-shaped policy, random init)
-on every device: its memory plan (`learner.memory_plan`), then one SFT step at the config's
+on every device: its memory plan (`learner.runtime.device_memory`), then one SFT step at the config's
 `sft.batch_size` x `max_seq_len` and one RL step at `rl.tasks_per_step` x `rl.group_size`
 samples of `sampling.max_new_tokens` new tokens, with the measured peak per device next to the
 plan. A plan that does not fit is reported and not run (`--force` runs it anyway).
@@ -199,10 +199,10 @@ def run_big(config_path: str, model_name: str, devices: Sequence[jax.Device], ou
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
-    from learner.losses import lm_loss_sum_count
-    from learner.memory_plan import PlanInputs, plan_memory
-    from learner.scale import reference_copy, step
-    from learner.train_step import OptimizerConfig, create_train_state, make_optimizer
+    from learner.runtime.device_memory import PlanInputs, plan_memory
+    from learner.runtime.losses import lm_loss_sum_count
+    from learner.runtime.scale import reference_copy, step
+    from learner.runtime.train_step import OptimizerConfig, create_train_state, make_optimizer
 
     cfg = load_config_file(config_path)
     n = len(devices)
@@ -353,8 +353,13 @@ def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import create_sharded_model, make_mesh, shard_batch
-    from learner.losses import lm_loss_sum_count
-    from learner.train_step import OptimizerConfig, create_train_state, make_optimizer, train_step
+    from learner.runtime.losses import lm_loss_sum_count
+    from learner.runtime.train_step import (
+        OptimizerConfig,
+        create_train_state,
+        make_optimizer,
+        train_step,
+    )
 
     devices = list(devices or jax.devices())
     if len(devices) < 2:
@@ -426,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out-dir", type=Path, default=Path("bench-out/scaling"))
     b = sub.add_parser("big", help="a run config's policy on every device: memory plan vs measured peak")
     b.add_argument("--config", default="configs/gpu_cluster.py")
-    b.add_argument("--model", default="qwen2.5-7b", help="a learner.memory_plan shape, or tiny")
+    b.add_argument("--model", default="qwen2.5-7b", help="a learner.runtime.device_memory shape, or tiny")
     b.add_argument("--devices", default="all", help="a count, or all")
     b.add_argument("--prompt-len", type=int, default=None,
                    help="RL prompt tokens (default: max_seq_len - sampling.max_new_tokens)")

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from learner import compile_cache
 from learner.prompts import EXEMPLAR_ORDERS
+from learner.runtime import compile_cache
 
 STAGES = ("sft", "selfsup", "rl")
 EVAL_FORMS = ("plain", "exemplars")

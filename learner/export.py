@@ -55,7 +55,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, step: int | No
     from flax import nnx
 
     from learner.lm.hf_io import save_hf_model
-    from learner.policy import build_policy
+    from learner.runtime.policy import build_policy
     from learner.train import load_stage_params
 
     ckpt = Path(checkpoint)

@@ -28,7 +28,7 @@ step minimises the per-token mean over the whole batch. ("sequence"): each seque
 per-token mean, loss_sum = sum over sequences with at least one completion token, count = number of
 such sequences, so every sequence weighs the same regardless of its length.
 
-The loss returns (loss_sum, count, aux) for `learner.train_step`; aux entries are means normalised
+The loss returns (loss_sum, count, aux) for `learner.runtime.train_step`; aux entries are means normalised
 the same way as the loss (except "ratio_max", a max over completion tokens).
 """
 
@@ -46,9 +46,9 @@ from flax import nnx
 
 from learner.lm.model import Transformer
 from learner.lm.sharding import activation_mesh
-from learner.losses import token_logprobs
-from learner.microbatch import merge_micro_batches, split_micro_batches
-from learner.train_step import TrainState
+from learner.runtime.losses import token_logprobs
+from learner.runtime.microbatch import merge_micro_batches, split_micro_batches
+from learner.runtime.train_step import TrainState
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = ("token", "sequence")
@@ -302,5 +302,5 @@ class GRPOLoss:
 
 
 def make_grpo_loss(cfg: GRPOConfig, chunk_size: int | None = 512) -> GRPOLoss:
-    """The GRPO loss as a static `loss_fn` for `learner.train_step.train_step`."""
+    """The GRPO loss as a static `loss_fn` for `learner.runtime.train_step.train_step`."""
     return GRPOLoss(cfg, chunk_size)

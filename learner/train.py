@@ -26,7 +26,7 @@ The flow, top-down (this module reads in that order):
    then evaluates the stage's final policy (`_eval_stage`) under every configured prompt form.
 4. `final_report` writes the report over the stages' evaluations.
 
-One jitted step (`learner.train_step`) with a pluggable loss serves every stage. `rewards`
+One jitted step (`learner.runtime.train_step`) with a pluggable loss serves every stage. `rewards`
 owns the outcome-to-reward rule (INFRA_ERROR and LOST are left out of the update).
 
 Steps are numbered globally across the pipeline (stage offsets follow from the config), and
@@ -53,19 +53,14 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from learner import compile_cache, scale
-from learner.checkpoint import Checkpointer
 from learner.config_check import STAGES as STAGE_ORDER
 from learner.config_check import TrainConfigError, resume_conflicts, validate_config
-from learner.distributed import distributed_config, maybe_initialize_distributed
 from learner.exemplars import ExemplarDB, SampleRecord, code_sha256, sample_random_exemplars
 from learner.farm import Farm, FarmOutcome, FarmSettings, Outcome, one_model_per_group
 from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss
 from learner.lm.engine import ContinuousSampler
 from learner.lm.sampler import Sampler, SamplingConfig
-from learner.losses import lm_loss_sum_count
 from learner.metrics import MetricsWriter
-from learner.policy import Policy, build_policy
 from learner.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.report import SpeedupSummary, format_table, summarize, write_report
 from learner.rollout import (
@@ -77,6 +72,19 @@ from learner.rollout import (
     lm_batch,
     repeat_prompt,
 )
+from learner.runtime import compile_cache, scale
+from learner.runtime.checkpoint import Checkpointer
+from learner.runtime.distributed import distributed_config, maybe_initialize_distributed
+from learner.runtime.losses import lm_loss_sum_count
+from learner.runtime.policy import Policy, build_policy
+from learner.runtime.train_step import (
+    OptimizerConfig,
+    TrainState,
+    abstract_train_state,
+    create_train_state,
+    learning_rate_schedule,
+    make_optimizer,
+)
 from learner.stage_report import stage_notes
 from learner.tasks import (
     Program,
@@ -87,14 +95,6 @@ from learner.tasks import (
     read_jsonl_pairs,
     sft_pairs_for,
     task_programs,
-)
-from learner.train_step import (
-    OptimizerConfig,
-    TrainState,
-    abstract_train_state,
-    create_train_state,
-    learning_rate_schedule,
-    make_optimizer,
 )
 
 log = logging.getLogger(__name__)

@@ -84,11 +84,11 @@ def build_pool(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory):
-    """One JAX compilation cache per test run (learner.compile_cache), shared by the xdist workers
+    """One JAX compilation cache per test run (learner.runtime.compile_cache), shared by the xdist workers
     and by every learner process the tests start (they inherit the environment): a program the
     tests compile in several processes compiles once. Every compilation is kept, however short
     (the tests compile many small programs). A cache the caller set is used as it is."""
-    from learner.compile_cache import CACHE_ENV
+    from learner.runtime.compile_cache import CACHE_ENV
 
     if os.environ.get(CACHE_ENV):
         yield

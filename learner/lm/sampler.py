@@ -13,7 +13,7 @@
   distinct prompt once and repeats its cache G times.
 * Per-token log-probabilities returned with the tokens are log softmax(logits)[token] of the
   model at temperature 1.0, before temperature / top-p are applied: exactly the
-  log p_theta(token | prefix) the training side (`learner.losses.token_logprobs`) computes.
+  log p_theta(token | prefix) the training side (`learner.runtime.losses.token_logprobs`) computes.
 * Stops: EOS ids are checked on device (a row stops after emitting one; the loop exits when all
   rows stopped or max_new_tokens is reached). Stop *token sequences* are applied on the host
   after generation: the completion is truncated right after the first match and the rest masked.

@@ -229,7 +229,7 @@ ACTIVATION_SPECS: dict[str, P] = {
     "ffn": P(BATCH_AXES, None, "tensor"),  # [B, S, F]
     "rows": P(BATCH_AXES),  # [B, ...] anything with rows first
     "cache": P(BATCH_AXES, "tensor", None, None),  # [B, K, T, D] KV cache
-    "micro": P(None, BATCH_AXES),  # [n, B/n, ...] micro-batches (learner.microbatch)
+    "micro": P(None, BATCH_AXES),  # [n, B/n, ...] micro-batches (learner.runtime.microbatch)
 }
 
 

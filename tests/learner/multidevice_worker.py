@@ -18,7 +18,6 @@ from flax import nnx  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 from tiny_setup import TINY_CFG, flat_params, tiny_batch  # noqa: E402
 
-from learner.checkpoint import Checkpointer  # noqa: E402
 from learner.lm.model import Transformer  # noqa: E402
 from learner.lm.sharding import (  # noqa: E402
     MeshConfig,
@@ -28,8 +27,9 @@ from learner.lm.sharding import (  # noqa: E402
     make_mesh,
     shard_model,
 )
-from learner.losses import lm_loss_sum_count  # noqa: E402
-from learner.train_step import (  # noqa: E402
+from learner.runtime.checkpoint import Checkpointer  # noqa: E402
+from learner.runtime.losses import lm_loss_sum_count  # noqa: E402
+from learner.runtime.train_step import (  # noqa: E402
     OptimizerConfig,
     create_train_state,
     grads_and_loss,

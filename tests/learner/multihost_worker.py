@@ -1,7 +1,7 @@
 """One of two CPU processes of a `jax.distributed` job on loopback (started by test_multihost.py).
 
 Each process has 4 simulated devices; together they form one (data=1, fsdp=8, tensor=1) mesh.
-The process starts through `learner.distributed` from LEARNER_* environment variables, builds
+The process starts through `learner.runtime.distributed` from LEARNER_* environment variables, builds
 the global batch from its own rows only (`shard_batch` -> make_array_from_process_local_data),
 takes two micro-batched training steps and generates greedily from the rollout copy; process 0
 writes the losses, a parameter checksum and the generated tokens as JSON to argv[1].
@@ -17,7 +17,11 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).res
 
 import jax  # noqa: E402
 
-from learner.distributed import DistributedConfig, is_controller, maybe_initialize_distributed  # noqa: E402
+from learner.runtime.distributed import (  # noqa: E402
+    DistributedConfig,
+    is_controller,
+    maybe_initialize_distributed,
+)
 
 
 def main() -> None:
@@ -28,7 +32,7 @@ def main() -> None:
 
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import shard_batch
-    from learner.train_step import train_step
+    from learner.runtime.train_step import train_step
 
     assert jax.process_count() == 2 and jax.device_count() == 8 and jax.local_device_count() == 4
     mesh = _mesh(8)

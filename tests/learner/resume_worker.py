@@ -17,10 +17,10 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from tiny_setup import TINY_CFG, flat_params, tiny_batch  # noqa: E402
 
-from learner.checkpoint import Checkpointer  # noqa: E402
 from learner.lm.model import Transformer  # noqa: E402
-from learner.losses import lm_loss_sum_count  # noqa: E402
-from learner.train_step import (  # noqa: E402
+from learner.runtime.checkpoint import Checkpointer  # noqa: E402
+from learner.runtime.losses import lm_loss_sum_count  # noqa: E402
+from learner.runtime.train_step import (  # noqa: E402
     OptimizerConfig,
     create_train_state,
     make_optimizer,

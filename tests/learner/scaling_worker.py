@@ -27,8 +27,8 @@ from learner.bench_scaling import check_parity  # noqa: E402
 from learner.lm.model import Transformer  # noqa: E402
 from learner.lm.sampler import Sampler, _generate  # noqa: E402
 from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh, shard_batch  # noqa: E402
-from learner.losses import lm_loss_sum_count  # noqa: E402
-from learner.train_step import (  # noqa: E402
+from learner.runtime.losses import lm_loss_sum_count  # noqa: E402
+from learner.runtime.train_step import (  # noqa: E402
     OptimizerConfig,
     create_train_state,
     make_optimizer,

@@ -1,4 +1,4 @@
-"""learner.compile_cache: which directory a run's JAX compilation cache uses, and that a second
+"""learner.runtime.compile_cache: which directory a run's JAX compilation cache uses, and that a second
 process loads the first one's compiled program from it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from learner.compile_cache import CACHE_ENV, cache_dir_for
+from learner.runtime.compile_cache import CACHE_ENV, cache_dir_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROGRAM = """
 import json, sys
 import jax, jax.numpy as jnp
-from learner import compile_cache
+from learner.runtime import compile_cache
 hits = []
 jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name) if name.endswith("cache_hits") else None)
 where = compile_cache.enable(sys.argv[1], sys.argv[2])

@@ -1,5 +1,5 @@
 """The hardware examples say what is true: each memory-plan line of configs/tpu_pod.py and
-configs/gpu_cluster.py is what learner.memory_plan computes, the hardware a config is written for
+configs/gpu_cluster.py is what learner.runtime.device_memory computes, the hardware a config is written for
 fits, its model path is one the loader accepts, and gpu_cluster's cost follows from its sizes and
 the measured times it cites."""
 
@@ -16,7 +16,7 @@ from learner.config_check import (
     load_config_file,
     validate_config,
 )
-from learner.memory_plan import (
+from learner.runtime.device_memory import (
     GB,
     HARDWARE_BYTES,
     PlanInputs,

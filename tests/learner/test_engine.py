@@ -14,7 +14,7 @@ from learner.lm.config import ModelConfig
 from learner.lm.engine import ContinuousSampler, expected_static_efficiency, row_steps_static
 from learner.lm.model import Transformer
 from learner.lm.sampler import Sampler, SamplerError, SamplingConfig
-from learner.losses import token_logprobs
+from learner.runtime.losses import token_logprobs
 
 CFG = ModelConfig(
     vocab_size=71, hidden_size=48, intermediate_size=96, num_layers=2, num_heads=4,

@@ -170,8 +170,8 @@ def test_export_writes_a_model_transformers_loads_with_matching_logits(tmp_path)
     from flax import nnx
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from learner.checkpoint import Checkpointer
     from learner.export import export_checkpoint
+    from learner.runtime.checkpoint import Checkpointer
     from learner.train import _corpus, _fresh_state, open_run
 
     cfg = demo.get_config()

@@ -25,8 +25,8 @@ from learner.grpo import (
     sequence_logprobs,
 )
 from learner.lm.model import Transformer
-from learner.losses import lm_loss_sum_count, token_logprobs
-from learner.train_step import (
+from learner.runtime.losses import lm_loss_sum_count, token_logprobs
+from learner.runtime.train_step import (
     OptimizerConfig,
     create_train_state,
     grads_and_loss,

@@ -10,7 +10,7 @@ from flax import nnx
 
 from learner.bench import tiny_config
 from learner.lm.model import Transformer
-from learner.losses import head_logprobs, lm_loss_sum_count, logprobs_from_hidden
+from learner.runtime.losses import head_logprobs, lm_loss_sum_count, logprobs_from_hidden
 
 
 def _plain_logprobs(model: Transformer, hidden: jax.Array, targets: jax.Array) -> jax.Array:

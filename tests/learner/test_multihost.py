@@ -29,7 +29,7 @@ def _single_device_reference() -> dict[str, object]:
 
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import shard_batch
-    from learner.train_step import train_step
+    from learner.runtime.train_step import train_step
 
     mesh = _mesh(1)
     state = _state(mesh, mh_cfg())

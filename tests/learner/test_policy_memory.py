@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from configs import demo
-from learner.checkpoint import Checkpointer
-from learner.policy import PolicyReleasedError
-from learner.scale import step as scale_step
+from learner.runtime.checkpoint import Checkpointer
+from learner.runtime.policy import PolicyReleasedError
+from learner.runtime.scale import step as scale_step
 from learner.train import _stage_state, _template, open_run
 
 
@@ -68,7 +68,7 @@ def test_stages_keep_no_copy_of_the_weights_beyond_their_state(run) -> None:
     # their own dtype) stays valid.
     rng = np.random.default_rng(0)
     batch = {"tokens": rng.integers(0, vocab, (2, 16)).astype(np.int32), "loss_mask": np.ones((2, 16), np.float32)}
-    from learner.losses import lm_loss_sum_count
+    from learner.runtime.losses import lm_loss_sum_count
 
     state, _ = scale_step(state, batch, lm_loss_sum_count)
     assert all(not x.is_deleted() for x in jax.tree.leaves(reference))

@@ -11,7 +11,7 @@ from flax import nnx
 from learner.lm.config import ModelConfig
 from learner.lm.model import Transformer
 from learner.lm.sampler import Sampler, SamplingConfig, _generate, bucket_length
-from learner.losses import token_logprobs
+from learner.runtime.losses import token_logprobs
 
 CFG = ModelConfig(
     vocab_size=71, hidden_size=48, intermediate_size=96, num_layers=2, num_heads=4,

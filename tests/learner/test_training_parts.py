@@ -12,6 +12,7 @@ from configs import demo
 from learner.farm import FarmOutcome
 from learner.prompts import Exemplar, contrastive_prompt, parse_response, sft_prompt
 from learner.rollout import LengthGroupedSampler, Rollout, grpo_batch, length_bucket, lm_batch
+from learner.runtime.train_step import OptimizerConfig, learning_rate_schedule
 from learner.tasks import (
     TaskSetError,
     builtin_sft_targets,
@@ -32,7 +33,6 @@ from learner.train import (
     stage_offsets,
     stage_steps,
 )
-from learner.train_step import OptimizerConfig, learning_rate_schedule
 
 
 def test_task_set_by_ids_and_errors():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from learner.config_check import load_config_file
-from learner.memory_plan import (
+from learner.runtime.device_memory import (
     HARDWARE_BYTES,
     MemoryPlanError,
     PlanInputs,

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 from learner.grpo import reference_logprobs
 from learner.lm.config import ModelConfig
 from learner.lm.sharding import batch_size_multiple, shard_batch
-from learner.memory_plan import (
+from learner.runtime.device_memory import (
     HARDWARE_BYTES,
     MemoryPlan,
     PlanInputs,
@@ -26,8 +26,8 @@ from learner.memory_plan import (
     plan_memory,
     rollout_rows_note,
 )
-from learner.microbatch import micro_batch_count
-from learner.train_step import LossFn, TrainState, train_step
+from learner.runtime.microbatch import micro_batch_count
+from learner.runtime.train_step import LossFn, TrainState, train_step
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """A per-device memory plan of a training run, printed at start; a config that cannot fit is refused.
 
-    python -m learner.memory_plan --model qwen2.5-7b --hardware h200 --devices 8 \
+    python -m learner.runtime.device_memory --model qwen2.5-7b --hardware h200 --devices 8 \
         --config configs/gpu_cluster.py
-    python -m learner.memory_plan --model qwen2.5-7b --hardware v5p --devices 4 \
+    python -m learner.runtime.device_memory --model qwen2.5-7b --hardware v5p --devices 4 \
         --config configs/tpu_pod.py
 
 Each line is bytes per device, with the knob that shrinks it:
@@ -213,7 +213,7 @@ def plan_memory(model: ModelConfig, inputs: PlanInputs, device_bytes: float,
                  "mesh.fsdp (more devices) or model.param_dtype"),
     ]
     # No copy of the initial policy: the first stage takes its weights over, and checkpoint
-    # restores fill abstract templates (learner.policy, learner.train._template).
+    # restores fill abstract templates (learner.runtime.policy, learner.train._template).
     if i.reference_dtype:
         lines.append(PlanLine("reference policy", n_params * _nbytes(i.reference_dtype) / shards,
                               "rl.grpo.kl_coef=0 drops it; mesh.fsdp shards it"))
@@ -253,7 +253,7 @@ def device_memory_bytes() -> float | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m learner.memory_plan", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m learner.runtime.device_memory", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-7b", choices=sorted(MODEL_SHAPES))
     p.add_argument("--hardware", default="h200", choices=sorted(HARDWARE_BYTES))
     p.add_argument("--devices", type=int, default=8)

@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 from learner.lm.model import Transformer
 from learner.lm.sharding import DEFAULT_RULES, PartitionRules, activation_mesh, tree_shardings
-from learner.microbatch import split_micro_batches
+from learner.runtime.microbatch import split_micro_batches
 
 LossOutput = tuple[jax.Array, jax.Array] | tuple[jax.Array, jax.Array, dict[str, jax.Array]]
 LossFn = Callable[[Transformer, dict[str, Any]], LossOutput]
@@ -119,7 +119,7 @@ class TrainState:
         return nnx.merge(self.graphdef, self.params)
 
     def checkpoint_items(self) -> dict[str, Any]:
-        """The array part of the state, as saved by `learner.checkpoint`."""
+        """The array part of the state, as saved by `learner.runtime.checkpoint`."""
         return {"step": self.step, "params": self.params, "opt_state": self.opt_state, "rng": self.rng}
 
     def with_items(self, items: dict[str, Any]) -> TrainState:
@@ -165,7 +165,7 @@ def abstract_train_state(
     rules: PartitionRules = DEFAULT_RULES,
 ) -> TrainState:
     """The shapes, dtypes and shardings of the state `create_train_state` would build, and no
-    arrays: the target a checkpoint restore fills (learner.checkpoint), at no device memory."""
+    arrays: the target a checkpoint restore fills (learner.runtime.checkpoint), at no device memory."""
     opt = jax.eval_shape(tx.init, abstract_params)
     opt = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), opt,
                        tree_shardings(opt, mesh, rules))
@@ -261,7 +261,7 @@ def train_step(
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer step on `batch`; `state` is donated.
 
-    `micro_batches` > 1 splits the batch's rows into that many slices (`learner.microbatch`)
+    `micro_batches` > 1 splits the batch's rows into that many slices (`learner.runtime.microbatch`)
     whose gradients of loss_sum and counts are summed before one division and one update:
     the same step in less activation memory.
     """

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from learner.train_step import TrainState
+from learner.runtime.train_step import TrainState
 
 log = logging.getLogger(__name__)
 
