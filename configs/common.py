@@ -112,7 +112,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.reference_dtype = "compute"  # weights of the frozen KL reference: "compute" = compute dtype
     # "auto": on, except with a local CPU farm, where sampling would share the cores it times on.
     c.rl.overlap = "auto"  # "on": sample step t+1 while the farm scores step t (staleness 1)
-    c.rl.grpo = ml_collections.ConfigDict()  # the GRPO loss (learner.grpo)
+    c.rl.grpo = ml_collections.ConfigDict()  # the GRPO loss (learner.rl.grpo)
     c.rl.grpo.clip_eps = 0.2  # clip range of the importance ratio
     c.rl.grpo.kl_coef = 0.04  # weight of the KL penalty to the frozen reference (0: no reference kept)
     c.rl.grpo.kl_estimator = "k3"  # per-token KL estimator: k1, k2 or k3

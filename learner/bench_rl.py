@@ -19,12 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner.grpo import GRPOConfig, make_grpo_loss
 from learner.lm.config import ModelConfig
 from learner.lm.model import Transformer
 from learner.lm.sampler import Sampler, SamplingConfig
 from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
-from learner.runtime.scale import batch_reference_logprobs, micro_batches_for, reference_copy, step
+from learner.rl.grpo import GRPOConfig, make_grpo_loss
+from learner.rl.reference import batch_reference_logprobs, reference_copy
+from learner.runtime.scale import micro_batches_for, step
 from learner.runtime.train_step import OptimizerConfig, create_train_state, make_optimizer
 
 

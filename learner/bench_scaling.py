@@ -195,13 +195,14 @@ def run_big(config_path: str, model_name: str, devices: Sequence[jax.Device], ou
     from learner.bench import _suite_model
     from learner.bench_rl import peak_gb_per_device, timed_rl_step
     from learner.config_check import load_config_file
-    from learner.grpo import GRPOConfig, make_grpo_loss
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
+    from learner.rl.grpo import GRPOConfig, make_grpo_loss
+    from learner.rl.reference import reference_copy
     from learner.runtime.device_memory import PlanInputs, plan_memory
     from learner.runtime.losses import lm_loss_sum_count
-    from learner.runtime.scale import reference_copy, step
+    from learner.runtime.scale import step
     from learner.runtime.train_step import OptimizerConfig, create_train_state, make_optimizer
 
     cfg = load_config_file(config_path)

@@ -181,8 +181,8 @@ def _experiment(argv: list[str]) -> int:
 
 def _eval(argv: list[str]) -> int:
     from learner import train as tr
-    from learner.exemplars import ExemplarDB
     from learner.report import format_table, write_report
+    from learner.rl.exemplars import ExemplarDB
     from learner.stage_report import stage_notes
 
     cfg, fv = _config_flags("eval", argv)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from learner.prompts import EXEMPLAR_ORDERS
+from learner.rl.prompts import EXEMPLAR_ORDERS
 from learner.runtime import compile_cache
 
 STAGES = ("sft", "selfsup", "rl")

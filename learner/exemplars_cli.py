@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from learner.exemplars import ExemplarDB, ExemplarDBError, SampleRecord
+from learner.rl.exemplars import ExemplarDB, ExemplarDBError, SampleRecord
 
 log = logging.getLogger(__name__)
 

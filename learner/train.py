@@ -55,15 +55,16 @@ from tqdm import tqdm
 
 from learner.config_check import STAGES as STAGE_ORDER
 from learner.config_check import TrainConfigError, resume_conflicts, validate_config
-from learner.exemplars import ExemplarDB, SampleRecord, code_sha256, sample_random_exemplars
-from learner.farm import Farm, FarmOutcome, FarmSettings, Outcome, one_model_per_group
-from learner.grpo import GRPOConfig, group_advantages, make_grpo_loss
 from learner.lm.engine import ContinuousSampler
 from learner.lm.sampler import Sampler, SamplingConfig
 from learner.metrics import MetricsWriter
-from learner.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.report import SpeedupSummary, format_table, summarize, write_report
-from learner.rollout import (
+from learner.rl.exemplars import ExemplarDB, SampleRecord, code_sha256, sample_random_exemplars
+from learner.rl.farm import Farm, FarmOutcome, FarmSettings, Outcome, one_model_per_group
+from learner.rl.grpo import GRPOConfig, group_advantages, make_grpo_loss
+from learner.rl.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
+from learner.rl.reference import batch_reference_logprobs, reference_copy, reference_dtype
+from learner.rl.rollout import (
     LengthGroupedSampler,
     Prompt,
     Rollout,
@@ -71,6 +72,18 @@ from learner.rollout import (
     grpo_batch,
     lm_batch,
     repeat_prompt,
+)
+from learner.rl.tasks import (
+    Program,
+    SFTPair,
+    TaskInfo,
+    builtin_sources,
+    exemplars_for_sft,
+    load_task_set,
+    read_jsonl_pairs,
+    resolve_task_ids,
+    sft_pairs_for,
+    task_programs,
 )
 from learner.runtime import compile_cache, scale
 from learner.runtime.checkpoint import Checkpointer
@@ -86,16 +99,6 @@ from learner.runtime.train_step import (
     make_optimizer,
 )
 from learner.stage_report import stage_notes
-from learner.tasks import (
-    Program,
-    SFTPair,
-    TaskInfo,
-    exemplars_for_sft,
-    load_task_set,
-    read_jsonl_pairs,
-    sft_pairs_for,
-    task_programs,
-)
 
 log = logging.getLogger(__name__)
 
@@ -439,35 +442,24 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
 def heldout_ids(cfg: Any, tasks: Sequence[TaskInfo]) -> list[str]:
     """`tasks.heldout` resolved to task ids of the task set (kept out of RL and of SFT's fast
     programs; evaluated like the others)."""
-    from evalfarm.tasks.suite import builtin_suite, kernelbench_suite
-
     keys = [k.strip() for k in str(cfg.tasks.heldout).split(",") if k.strip()]
     if not keys:
         return []
-    suite = builtin_suite() if cfg.tasks.suite == "builtin" else kernelbench_suite(cfg.tasks.suite)
+    try:
+        out = resolve_task_ids(str(cfg.tasks.suite), keys)
+    except Exception as err:  # noqa: BLE001 - an unknown id: say which
+        raise TrainConfigError(f"tasks.heldout: {err}") from None
     ids = {t.task_id for t in tasks}
-    out = []
-    for k in keys:
-        try:
-            tid = suite.find(k).task_id
-        except Exception as err:  # noqa: BLE001 - an unknown id: say which
-            raise TrainConfigError(f"tasks.heldout: {err}") from None
+    for k, tid in zip(keys, out, strict=True):
         if tid not in ids:
             raise TrainConfigError(f"tasks.heldout: {k} is not in tasks.ids")
-        out.append(tid)
     if len(out) >= len(ids) and "rl" in stage_list(cfg):
         raise TrainConfigError("tasks.heldout holds every task: RL would have nothing to train on")
     return out
 
 
 def _corpus(tasks: Sequence[TaskInfo]) -> list[str]:
-    from evalfarm.tasks.suite import builtin_suite
-
-    texts = []
-    suite = builtin_suite()
-    for t in suite.entries:
-        texts.append(suite.load(t.task_id).source)
-        texts += [v.path.read_text() for v in suite.variants(t.task_id)]
+    texts = builtin_sources()
     for t in tasks:
         texts += [sft_prompt(t.source), contrastive_prompt(t.source, [])]
     texts += [p.completion for p in task_programs(list(tasks), "cpu", mixture=True)]
@@ -479,7 +471,7 @@ def farm_device(cfg: Any) -> str:
         return "cuda"
     if cfg.farm.local_device != "auto":
         return str(cfg.farm.local_device)
-    from learner.farm import host_has_gpu
+    from learner.rl.farm import host_has_gpu
 
     return "cuda" if host_has_gpu() else "cpu"
 
@@ -676,7 +668,7 @@ def _stage_state(run: Run, stage: str, stages: Sequence[str]) -> tuple[TrainStat
     if state is None or keep_reference:
         start = _start_params(run, stage, stages)
         if keep_reference:
-            reference = scale.reference_copy(start, scale.reference_dtype(run.cfg, run.policy.model_config))
+            reference = reference_copy(start, reference_dtype(run.cfg, run.policy.model_config))
         if state is None:
             state = _fresh_state(run, stage, start)
         del start
@@ -816,7 +808,7 @@ def _rl_update(run: Run, spec: RLSpec, state: TrainState, reference: Any, batch:
     mbt = scale.micro_batch_tokens(run.cfg)
     b = grpo_batch(rollouts, adv, valid, run.policy.pad_id, int(run.cfg.max_seq_len))
     t_ref = time.perf_counter()
-    b["ref_logprobs"] = (scale.batch_reference_logprobs(state, reference, b, mbt)
+    b["ref_logprobs"] = (batch_reference_logprobs(state, reference, b, mbt)
                          if spec.grpo.kl_coef > 0 else np.zeros_like(b["old_logprobs"]))
     t0 = time.perf_counter()
     ref_s = t0 - t_ref

@@ -83,7 +83,7 @@ def test_the_learner_uses_the_farm_as_a_client() -> None:
 def test_the_checker_sees_imports_inside_functions_and_would_catch_a_crossing() -> None:
     # A check that cannot fail is no check: the graph holds function-level imports, and a judge
     # module importing the server would be reported.
-    assert "evalfarm.server.local" in GRAPH["learner.farm"]  # imported inside a function there
+    assert "evalfarm.server.local" in GRAPH["learner.rl.farm"]  # imported inside a function there
     GRAPH["evalfarm.judge.fake_for_this_test"] = {"evalfarm.server.service"}
     try:
         assert crossings(("evalfarm.judge",), ("evalfarm.server",)) == [

@@ -66,8 +66,8 @@ def test_two_suites_with_the_same_ids_are_never_confused():
 def test_learner_farm_scores_against_its_own_kernelbench_suite(tmp_path):
     """The learner's local daemon resolves the learner's KernelBench-layout suite: a kernel that is
     right for the suite's L1/1 (and wrong for the built-in L1/1) is OK."""
-    from learner.farm import Farm, FarmSettings
-    from learner.tasks import load_task_set
+    from learner.rl.farm import Farm, FarmSettings
+    from learner.rl.tasks import load_task_set
 
     tasks = load_task_set(str(KB), "L1/1")
     assert tasks[0].sha256 == kernelbench_suite(KB).load("L1/1").sha256

@@ -1,5 +1,5 @@
 """How the trainer steps at scale: batches placed on the mesh, micro-batches sized by tokens,
-a compute-dtype reference policy, and the memory plan checked at start.
+and the memory plan checked at start (RL's frozen reference policy: `learner.rl.reference`).
 
 The stage loops in `learner.train` call these instead of the bare jitted functions, so the same
 loop runs on one device, on N devices of a host, and on several hosts.
@@ -11,11 +11,9 @@ import logging
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from learner.grpo import reference_logprobs
 from learner.lm.config import ModelConfig
 from learner.lm.sharding import batch_size_multiple, shard_batch
 from learner.runtime.device_memory import (
@@ -47,36 +45,6 @@ def step(state: TrainState, batch: dict[str, np.ndarray], loss_fn: LossFn,
     """Place the host batch on the state's mesh and take one (micro-batched) optimizer step."""
     n = micro_batches_for(batch, state.mesh, tokens_per_micro_batch)
     return train_step(state, shard_batch(batch, state.mesh), loss_fn, n)
-
-
-def reference_copy(params: Any, dtype: str) -> Any:
-    """The frozen reference policy's weights with matrices stored in `dtype` (on device).
-
-    With `dtype` = the model's compute dtype the reference computes exactly what the fp32 copy
-    would (every matmul casts its weight to the compute dtype), in half the memory. Every leaf is
-    a new buffer, so the params it was copied from may be donated to a training step.
-    """
-
-    def one(x: jax.Array) -> jax.Array:
-        y = x.astype(dtype) if x.ndim >= 2 and jnp.issubdtype(x.dtype, jnp.floating) else x
-        return jnp.copy(y)  # fresh buffers, never the input's (a training step donates those)
-
-    return jax.jit(lambda p: jax.tree.map(one, p))(params)
-
-
-def reference_dtype(cfg: Any, model_cfg: ModelConfig) -> str:
-    name = str(cfg.rl.reference_dtype)
-    return jnp.dtype(model_cfg.jnp_compute_dtype).name if name == "compute" else name
-
-
-def batch_reference_logprobs(state: TrainState, ref_params: Any, batch: dict[str, np.ndarray],
-                             tokens_per_micro_batch: int = 0) -> np.ndarray:
-    """Reference log-probs of a host batch, micro-batched like the update, on the state's mesh."""
-    n = micro_batches_for(batch, state.mesh, tokens_per_micro_batch)
-    placed = shard_batch({"tokens": batch["tokens"], "loss_mask": batch["loss_mask"]}, state.mesh)
-    out = reference_logprobs(state.graphdef, ref_params, placed["tokens"], placed["loss_mask"],
-                             micro_batches=n, mesh=state.mesh)
-    return np.asarray(jax.device_get(out))
 
 
 def run_memory_plan(cfg: Any, model_cfg: ModelConfig, mesh: Mesh) -> MemoryPlan:

@@ -6,7 +6,7 @@ Params keep the sharding given by the state's mesh + partition rules.
 
 `aux` is a dict of scalar arrays that is copied into the step's metrics unchanged, next to
 "loss" (= loss_sum / max(count, 1)), "count" and "grad_norm". The loss function decides how its
-aux entries are normalised: the GRPO loss (`learner.grpo`) returns means that are already divided
+aux entries are normalised: the GRPO loss (`learner.rl.grpo`) returns means that are already divided
 by its own count, so they read directly as per-token (or per-sequence) values. Aux entries carry no
 gradient; their names may not repeat those three reserved metric names.
 

@@ -116,7 +116,7 @@ def test_static_sampler_limits_cut_each_row_at_its_cap(model: Transformer) -> No
 def test_the_learner_samples_with_the_configured_engine(tmp_path) -> None:
     from configs import demo
     from learner.config_check import TrainConfigError, validate_config
-    from learner.rollout import Prompt, generate_rollouts
+    from learner.rl.rollout import Prompt, generate_rollouts
     from learner.train import _sampler, open_run
 
     cfg = demo.get_config()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from learner import exemplars_cli
-from learner.exemplars import (
+from learner.rl.exemplars import (
     SCHEMA_VERSION,
     Bucket,
     ExemplarDB,
@@ -26,7 +26,7 @@ from learner.exemplars import (
     sample_from_buckets,
     sample_random_exemplars,
 )
-from learner.prompts import Exemplar
+from learner.rl.prompts import Exemplar
 
 TASK = "level1/1_NewGELU"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from learner.farm import Farm, FarmError, FarmOutcome, FarmSettings, LocalDaemons, Outcome
+from learner.rl.farm import Farm, FarmError, FarmOutcome, FarmSettings, LocalDaemons, Outcome
 from tests.service.conftest import DaemonThread, FakeBackend, fake_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def test_local_daemon_exits_when_its_learner_is_killed(tmp_path):
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
-        from learner.farm import LocalDaemons
+        from learner.rl.farm import LocalDaemons
         local = LocalDaemons(1, device="cpu", slots=1, cache_dir=Path({str(tmp_path)!r}) / "c",
                              log_dir=Path({str(tmp_path)!r}) / "l")
         print(local.procs[0].pid, flush=True)
@@ -182,11 +182,11 @@ def test_local_daemons_run_weak_only_where_the_host_has_no_strong_sandbox(tmp_pa
     """A local farm scores this run's own samples on loopback: where the host cannot give the
     strong sandbox, "best" starts its daemons weak and says what is missing; "strong" refuses."""
     from evalfarm.sandbox import isolation
-    from learner.farm import local_weak_sandbox
+    from learner.rl.farm import local_weak_sandbox
 
     assert local_weak_sandbox("cpu", "best") is (not isolation.assess("cpu").strong)
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
-    with caplog.at_level("WARNING", logger="learner.farm"):
+    with caplog.at_level("WARNING", logger="learner.rl.farm"):
         assert local_weak_sandbox("cpu", "best") is True
     assert "WEAK sandbox" in caplog.text and "bwrap not found on PATH" in caplog.text
     with pytest.raises(FarmError, match="farm.local_sandbox = 'strong'.*install bubblewrap"):

@@ -15,7 +15,8 @@ import pytest
 from flax import nnx
 from tiny_setup import TINY_CFG, tiny_batch
 
-from learner.grpo import (
+from learner.lm.model import Transformer
+from learner.rl.grpo import (
     GRPOConfig,
     group_advantages,
     grpo_loss_sum_count,
@@ -24,7 +25,6 @@ from learner.grpo import (
     reference_logprobs,
     sequence_logprobs,
 )
-from learner.lm.model import Transformer
 from learner.runtime.losses import lm_loss_sum_count, token_logprobs
 from learner.runtime.train_step import (
     OptimizerConfig,

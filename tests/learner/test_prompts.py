@@ -1,4 +1,4 @@
-"""Prompt templates and strict response parsing (learner.prompts)."""
+"""Prompt templates and strict response parsing (learner.rl.prompts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learner.prompts import (
+from learner.rl.prompts import (
     PARSE_FAILURE_REASONS,
     PROMPT_VERSION,
     RESPONSE_MARKER,

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from configs import demo
-from learner.farm import FarmOutcome
-from learner.prompts import Exemplar, contrastive_prompt, parse_response, sft_prompt
-from learner.rollout import LengthGroupedSampler, Rollout, grpo_batch, length_bucket, lm_batch
-from learner.runtime.train_step import OptimizerConfig, learning_rate_schedule
-from learner.tasks import (
+from learner.rl.farm import FarmOutcome
+from learner.rl.prompts import Exemplar, contrastive_prompt, parse_response, sft_prompt
+from learner.rl.rollout import LengthGroupedSampler, Rollout, grpo_batch, length_bucket, lm_batch
+from learner.rl.tasks import (
     TaskSetError,
     builtin_sft_targets,
     exemplars_for_sft,
@@ -24,6 +23,7 @@ from learner.tasks import (
     slowed_reference,
     task_programs,
 )
+from learner.runtime.train_step import OptimizerConfig, learning_rate_schedule
 from learner.train import (
     RewardRule,
     TrainConfigError,

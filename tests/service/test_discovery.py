@@ -16,7 +16,7 @@ from evalfarm.client.core import AsyncFarmClient, _Endpoint
 from evalfarm.client.discovery import Discovery, Dns, EndpointSpecError, File, Static, parse_spec
 from evalfarm.v1 import evalfarm_pb2 as pb
 from evalfarm.verdict import Verdict
-from learner.farm import FarmOutcome, one_model_per_group
+from learner.rl.farm import FarmOutcome, one_model_per_group
 
 from .conftest import fake_source
 

@@ -37,13 +37,13 @@ from types import TracebackType
 import numpy as np
 
 from evalfarm.verdict import Verdict
-from learner.prompts import Exemplar
+from learner.rl.prompts import Exemplar
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 PARSE_FAILURE = "PARSE_FAILURE"  # the response did not follow the protocol (never scored)
-LOST = "LOST"  # the farm gave no result before the learner's deadline (learner.farm)
+LOST = "LOST"  # the farm gave no result before the learner's deadline (learner.rl.farm)
 KNOWN_VERDICTS: tuple[str, ...] = tuple(v.value for v in Verdict) + (PARSE_FAILURE, LOST)
 
 # Added to speedup / width before flooring, so that e.g. 0.3 / 0.1 = 2.9999999999999996 lands in
@@ -248,7 +248,7 @@ class ExemplarDB:
                 self._conn = None
             raise ExemplarDBError(
                 f"{self.path}: cannot open as an exemplar database ({e}); "
-                "is it a SQLite file written by learner.exemplars?"
+                "is it a SQLite file written by learner.rl.exemplars?"
             ) from e
         if row is not None and row[0] != str(SCHEMA_VERSION):
             self._conn.close()

@@ -7,7 +7,7 @@ comma list of ids (``"L1/1,L2/6"``, file stems or names; empty means every task)
 SFT pairs come from the task's known programs (`task_programs`): the built-in suite's correct
 ("fast") variants and, for the speed-mixture experiment, also the renamed reference (about 1x),
 a slowed copy (about 0.5x) and the shipped wrong variants, formatted in the response protocol of
-`learner.prompts` (the trainer scores them on the farm first: their measured speedups seed the
+`learner.rl.prompts` (the trainer scores them on the farm first: their measured speedups seed the
 exemplar buckets and the frozen evaluation exemplars), plus any JSONL file of pairs a user supplies, one JSON object per
 line, either ``{"prompt": ..., "completion": ...}`` or ``{"task": "L1/1", "code": ...}`` (the
 prompt is then built from the task's reference and the code wrapped in the protocol).
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from evalfarm.tasks.format import TaskFormatError
 from evalfarm.tasks.suite import builtin_suite, kernelbench_suite
-from learner.prompts import Exemplar, contrastive_prompt, format_response, sft_prompt
+from learner.rl.prompts import Exemplar, contrastive_prompt, format_response, sft_prompt
 
 
 class TaskSetError(ValueError):
@@ -67,6 +67,24 @@ def load_task_set(suite: str = "builtin", ids: str = "") -> list[TaskInfo]:
         task = task_suite.load(e.task_id)
         out.append(TaskInfo(task_id=e.task_id, name=e.name, source=task.source))
     return out
+
+
+def resolve_task_ids(suite: str, keys: Sequence[str]) -> list[str]:
+    """The task ids of `keys` (ids, file stems or names) in `suite` ("builtin" or a KernelBench
+    checkout path); an unknown key raises the suite's error."""
+    task_suite = builtin_suite() if suite == "builtin" else kernelbench_suite(suite)
+    return [task_suite.find(k).task_id for k in keys]
+
+
+def builtin_sources() -> list[str]:
+    """Every built-in task's reference and shipped variants (text the from-scratch tokenizer is
+    fitted to)."""
+    suite = builtin_suite()
+    texts = []
+    for t in suite.entries:
+        texts.append(suite.load(t.task_id).source)
+        texts += [v.path.read_text() for v in suite.variants(t.task_id)]
+    return texts
 
 
 def _docstring(source: str) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from learner.lm.engine import ContinuousSampler
 from learner.lm.sampler import Sampler, SamplingConfig
 from learner.lm.tokenizer import Tokenizer
-from learner.prompts import ParseFailure, parse_response
+from learner.rl.prompts import ParseFailure, parse_response
 
 
 @dataclasses.dataclass
@@ -47,7 +47,7 @@ class Rollout:
     policy_version: int
     text: str
     code: str  # "" when the response did not parse
-    parse_failure: str = ""  # learner.prompts.PARSE_FAILURE_REASONS key
+    parse_failure: str = ""  # learner.rl.prompts.PARSE_FAILURE_REASONS key
     finish_reason: str = ""
 
 
