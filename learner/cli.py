@@ -181,9 +181,9 @@ def _experiment(argv: list[str]) -> int:
 
 def _eval(argv: list[str]) -> int:
     from learner import train as tr
-    from learner.report import format_table, write_report
+    from learner.report.speedups import format_table, write_report
+    from learner.report.stage_notes import stage_notes
     from learner.rl.exemplars import ExemplarDB
-    from learner.stage_report import stage_notes
 
     cfg, fv = _config_flags("eval", argv)
     _share_gpu_with_local_farm(cfg)

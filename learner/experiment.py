@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from learner import train as tr
-from learner.report import write_report
-from learner.stage_report import cells, program_shares, program_table_md, program_table_text
-from learner.stats import Interval, paired_difference
+from learner.report.speedups import write_report
+from learner.report.stage_notes import cells, program_shares, program_table_md, program_table_text
+from learner.report.stats import Interval, paired_difference
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def per_seed_rows(root: Path, arms: Sequence[str], seeds: Sequence[int], form: s
 
 
 def experiment_report(root: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, Path]:
-    from learner.report import format_table, summarize
+    from learner.report.speedups import format_table, summarize
 
     rows = collect(root, arms, seeds)
     speedups, verdicts = {}, {}

@@ -57,8 +57,9 @@ from learner.config_check import STAGES as STAGE_ORDER
 from learner.config_check import TrainConfigError, resume_conflicts, validate_config
 from learner.lm.engine import ContinuousSampler
 from learner.lm.sampler import Sampler, SamplingConfig
-from learner.metrics import MetricsWriter
-from learner.report import SpeedupSummary, format_table, summarize, write_report
+from learner.report.metrics import MetricsWriter
+from learner.report.speedups import SpeedupSummary, format_table, summarize, write_report
+from learner.report.stage_notes import stage_notes
 from learner.rl.exemplars import ExemplarDB, SampleRecord, code_sha256, sample_random_exemplars
 from learner.rl.farm import Farm, FarmOutcome, FarmSettings, Outcome, one_model_per_group
 from learner.rl.grpo import GRPOConfig, group_advantages, make_grpo_loss
@@ -98,7 +99,6 @@ from learner.runtime.train_step import (
     learning_rate_schedule,
     make_optimizer,
 )
-from learner.stage_report import stage_notes
 
 log = logging.getLogger(__name__)
 

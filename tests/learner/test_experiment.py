@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from learner.experiment import ARMS, collect, evidence, experiment_report
-from learner.stage_report import cells, program_class, program_shares, stage_moves
+from learner.report.stage_notes import cells, program_class, program_shares, stage_moves
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = ["L1/1", "L1/2", "L1/4", "L2/6"]

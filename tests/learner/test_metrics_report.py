@@ -1,4 +1,4 @@
-"""Tests for the metrics sink (`learner.metrics`) and the speedup report (`learner.report`)."""
+"""Tests for the metrics sink (`learner.report.metrics`) and the speedup report (`learner.report.speedups`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learner.metrics import MetricsWriter, read_jsonl
-from learner.report import (
+from learner.report.metrics import MetricsWriter, read_jsonl
+from learner.report.speedups import (
     SpeedupSummary,
     format_markdown,
     format_table,
@@ -21,8 +21,8 @@ from learner.report import (
     write_plot,
     write_report,
 )
-from learner.stage_report import verdict_sentence
-from learner.stats import bootstrap_mean, difference_of_means, paired_difference
+from learner.report.stage_notes import verdict_sentence
+from learner.report.stats import bootstrap_mean, difference_of_means, paired_difference
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -163,7 +163,7 @@ def test_read_jsonl_tolerates_truncated_last_line(
 ) -> None:
     path = tmp_path / "m.jsonl"
     path.write_text('{"step": 1, "stage": "a", "x": 1}\n\n{"step": 2, "stage": "a", "x": 2}\n{"ste')
-    with caplog.at_level(logging.WARNING, logger="learner.metrics"):
+    with caplog.at_level(logging.WARNING, logger="learner.report.metrics"):
         recs = read_jsonl(path)
     assert [r["step"] for r in recs] == [1, 2]
     assert "truncated" in caplog.text

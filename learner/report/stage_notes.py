@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from learner.stats import Interval, paired_difference
+from learner.report.stats import Interval, paired_difference
 
 PROGRAM_CLASSES: tuple[str, ...] = ("fast", "reference", "slowed", "wrong", "new", "unparsed")
 
