@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The learner-at-scale measurements on one GPU host (docs/benchmarks.md, "Learner at scale"):
 #   1. the 7B memory plans for 8xH200 and a v5p-8 (shapes only, no GPU needed);
-#   2. `learner.bench --suite h100`: a random Qwen2.5-1.5B-shaped model, an RL step at G=16
+#   2. `learner.bench.throughput --suite h100`: a random Qwen2.5-1.5B-shaped model, an RL step at G=16
 #      (8 prompts x 2k tokens, 2k-token responses, micro-batched; rollout / reference / update
 #      seconds, rollout tokens/s, peak memory), decode at batch 256 / context 4k against the
 #      measured-bandwidth HBM bound, and training MFU at sequence 4096 with micro-batching;
-#   3. `learner.bench_rollout --suite 1.5b`: static batches against continuous batching, with the
+#   3. `learner.bench.rollout --suite 1.5b`: static batches against continuous batching, with the
 #      decode loop's condition checked every step and every 8 steps (sampling.steps_per_check);
 #   4. `benchmarks/mfu_sweep.py --variants remat_none_chunk4096`: the same training step without
 #      rematerialisation and with 4096-token loss chunks, in a process of its own (it needs ~75 GB,
@@ -31,16 +31,16 @@ export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv \
     > "$OUT/gpu.csv" 2>&1 || true
-"$PY" -m learner.bench --suite h100 --out-dir "$OUT" 2>&1 | tee "$OUT/learner_bench.log"
+"$PY" -m learner.bench.throughput --suite h100 --out-dir "$OUT" 2>&1 | tee "$OUT/learner_bench.log"
 rc=${PIPESTATUS[0]}
 # The fused (cuDNN, row lengths) prefill against the masked one, on this GPU.
 "$PY" -m pytest -q -m gpu tests/learner/test_prefill_attention.py -p no:cacheprovider > "$OUT/prefill_test.log" 2>&1
 echo "fused prefill GPU test exit code $?" >> "$OUT/prefill_test.log"
 # Static batches against continuous batching, one RL step's rollouts (docs/benchmarks.md).
-"$PY" -m learner.bench_rollout --suite 1.5b --out "$OUT/rollout.json" > "$OUT/rollout.md" 2>"$OUT/rollout.log" \
+"$PY" -m learner.bench.rollout --suite 1.5b --out "$OUT/rollout.json" > "$OUT/rollout.md" 2>"$OUT/rollout.log" \
     || echo "bench_rollout exit code $?" >> "$OUT/rollout.md"
 # The same with the decode loop's condition checked every 8 steps (sampling.steps_per_check).
-"$PY" -m learner.bench_rollout --suite 1.5b --steps-per-check 8 --out "$OUT/rollout_check8.json" \
+"$PY" -m learner.bench.rollout --suite 1.5b --steps-per-check 8 --out "$OUT/rollout_check8.json" \
     > "$OUT/rollout_check8.md" 2>>"$OUT/rollout.log" || echo "bench_rollout exit code $?" >> "$OUT/rollout_check8.md"
 # The training step's best setting on an 80 GB card, alone in its process (docs/benchmarks.md).
 "$PY" benchmarks/mfu_sweep.py --variants remat_none_chunk4096 --timeout 150 --out "$OUT/mfu_sweep.jsonl" \

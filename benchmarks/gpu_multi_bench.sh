@@ -13,7 +13,7 @@
 # Results accumulate in $MULTI_DIR (default /tmp/multi-bench, kept while the machine is warm) and
 # every call copies them, with table.md over all the parts so far, to $OUT.
 # Parts (each under its own `timeout`):
-#   one, all  learner.bench_scaling run on the first GPU, then on all GPUs, one process each, the
+#   one, all  learner.bench.scaling run on the first GPU, then on all GPUs, one process each, the
 #             same global batch (a random Qwen2.5-1.5B-shaped model: an RL step at G=16 with
 #             micro-batching, and the training step at sequence 4096); the table gives seconds per
 #             step by phase, rollout tokens/s, training MFU per GPU and the scaling efficiency
@@ -45,19 +45,19 @@ for n in one all; do
     d=$([[ $n == one ]] && echo 1 || echo all)
     t=$([[ $n == one ]] && echo 1 || echo "${TENSOR:-1}")
     echo "== scaling --devices $d --tensor $t ($(date -u +%T))" >>"$log"
-    timeout "$limit" python3 -m learner.bench_scaling run --devices "$d" --suite "${SUITE:-1.5b}" --out-dir "$dir" \
+    timeout "$limit" python3 -m learner.bench.scaling run --devices "$d" --suite "${SUITE:-1.5b}" --out-dir "$dir" \
       --steps-per-check "${STEPS_PER_CHECK:-1}" --tensor "$t" >>"$log" 2>&1 \
       || { echo "scaling --devices $d exit code $?" | tee -a "$log"; rc=1; }
   fi
 done
 if has big; then
   echo "== big ($(date -u +%T))" >>"$log"
-  timeout "$limit" python3 -m learner.bench_scaling big --config configs/gpu_cluster.py --model qwen2.5-7b \
+  timeout "$limit" python3 -m learner.bench.scaling big --config configs/gpu_cluster.py --model qwen2.5-7b \
     --devices all --out-dir "$dir" >"$dir/big.txt" 2>>"$log" || { echo "big exit code $?" | tee -a "$log"; rc=1; }
 fi
 if has parity; then
   echo "== parity ($(date -u +%T))" >>"$log"
-  timeout "$limit" python3 -m learner.bench_scaling parity --devices all >"$dir/parity.txt" 2>>"$log"
+  timeout "$limit" python3 -m learner.bench.scaling parity --devices all >"$dir/parity.txt" 2>>"$log"
   echo "exit code $?" >>"$dir/parity.txt"
 fi
 if has farm; then
@@ -69,7 +69,7 @@ fi
 {
   echo "# Multi-GPU run: $ngpu x $(sed -n 2p "$dir/gpus.csv" | cut -d, -f2 | sed "s/^ *//"), $(date -u +%F)"
   echo; echo "## Scaling (same global batch)"; echo
-  python3 -m learner.bench_scaling compare --out-dir "$dir" 2>/dev/null
+  python3 -m learner.bench.scaling compare --out-dir "$dir" 2>/dev/null
   if [[ -f $dir/big.txt ]]; then
     echo; echo "## 7B at configs/gpu_cluster.py sizes"; echo
     sed -n '/^| measurement/,$p' "$dir/big.txt"; echo; echo '```'; sed -n '1,/total/p' "$dir/big.txt"; echo '```'

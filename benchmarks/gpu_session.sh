@@ -26,7 +26,7 @@ if [[ $what == learner-demo ]]; then
   cat "$OUT/demo/report.txt" 2>/dev/null
 fi
 if [[ $what == learner-bench ]]; then
-  timeout "$bench_seconds" python3 -m learner.bench --out "$OUT/learner_bench.json" 2>&1 | tee "$OUT/learner_bench.log"
+  timeout "$bench_seconds" python3 -m learner.bench.throughput --out "$OUT/learner_bench.json" 2>&1 | tee "$OUT/learner_bench.log"
 fi
 echo "== summary"; tail -n 12 "$OUT/gpu_tests.log" 2>/dev/null | grep -E "passed|failed|error" ; cat "$OUT/farm_bench.txt" 2>/dev/null | tail -n 16
 exit $rc

@@ -1,5 +1,5 @@
 """Which training-step settings reach the MFU target: the learner-at-scale training measurement
-(`learner.bench --suite h100`: a random Qwen2.5-1.5B shape, batch 16 x 4096 tokens) under
+(`learner.bench.throughput --suite h100`: a random Qwen2.5-1.5B shape, batch 16 x 4096 tokens) under
 variants of micro-batch size, rematerialisation and loss chunk, each in its own process.
 
     python benchmarks/mfu_sweep.py --out $OUT/mfu_sweep.jsonl                 # GPU host, ~1 min a variant
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Overrides of the suite's `train` settings (learner.bench.SUITES[suite]["train"]). "mb2x"/"mb4x":
+# Overrides of the suite's `train` settings (learner.bench.throughput.SUITES[suite]["train"]). "mb2x"/"mb4x":
 # micro-batches twice / four times as large (fewer of them per step).
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
@@ -36,8 +36,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def run_one(suite: str, name: str) -> dict[str, Any]:
-    """One variant in this process: `learner.bench.bench_train` with the suite's sizes."""
-    from learner.bench import SUITES, _suite_model, bench_train
+    """One variant in this process: `learner.bench.throughput.bench_train` with the suite's sizes."""
+    from learner.bench.throughput import SUITES, _suite_model, bench_train
 
     s, v = SUITES[suite], VARIANTS[name]
     tr = dict(s["train"])
@@ -67,7 +67,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--suite", default="h100", help="learner.bench suite: h100 (GPU) or tiny (CPU)")
+    p.add_argument("--suite", default="h100", help="learner.bench.throughput suite: h100 (GPU) or tiny (CPU)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     p.add_argument("--timeout", type=float, default=300, help="seconds per variant")
     p.add_argument("--out", type=Path, default=None, help="append one JSON line per variant here")

@@ -240,10 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in CONFIG_COMMANDS:
         sub.add_parser(name, help=f"{_SUMMARY[name]} (learner {name} --help)")
 
-    from learner import bench, exemplars_cli, export
+    from learner import exemplars_cli, export
+    from learner.bench import throughput
 
     export.build_parser(sub.add_parser("export", help="write a stage checkpoint as a Hugging Face model directory"))
-    bench.build_parser(sub.add_parser("bench", help="training MFU / decode throughput benchmark"))
+    throughput.build_parser(sub.add_parser("bench", help="training MFU / decode throughput benchmark"))
     exemplars_cli.build_parser(sub.add_parser("exemplars", help="inspect and export the exemplar database"))
 
     args = parser.parse_args(argv)
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         return export.run(args)
     if args.command == "bench":
-        return bench.run_and_print(args)
+        return throughput.run_and_print(args)
     if args.command == "exemplars":
         return exemplars_cli.run(args)
     parser.error(f"unknown command {args.command}")

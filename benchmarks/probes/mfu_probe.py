@@ -3,7 +3,7 @@
     python benchmarks/probes/mfu_probe.py --variants base,fused --out probe.jsonl        # GPU host
 
 Each variant runs in its own process (so XLA_FLAGS can differ and memory is returned), times
-`learner.runtime.train_step` like `learner.bench`, and the "base" variant also times the gradient alone
+`learner.runtime.train_step` like `learner.bench.throughput`, and the "base" variant also times the gradient alone
 (no optimizer) and the decoder layers alone (no LM head), and captures one step with the JAX
 profiler, summing device kernel time by kind (matmul / attention / other).
 """
@@ -123,11 +123,20 @@ def run_variant(name: str, steps: int) -> dict[str, Any]:
     import numpy as np
     from flax import nnx
 
-    from learner.bench import H200_PEAK_BF16_FLOPS, qwen2_1b_config, train_flops_per_token
+    from learner.bench.throughput import (
+        H200_PEAK_BF16_FLOPS,
+        qwen2_1b_config,
+        train_flops_per_token,
+    )
     from learner.lm.model import Transformer
     from learner.lm.sharding import MeshConfig, batch_sharding, create_sharded_model, make_mesh
     from learner.runtime.losses import lm_loss_sum_count
-    from learner.runtime.train_step import OptimizerConfig, create_train_state, make_optimizer, train_step
+    from learner.runtime.train_step import (
+        OptimizerConfig,
+        create_train_state,
+        make_optimizer,
+        train_step,
+    )
 
     v = VARIANTS[name]
     if v.get("fuse"):

@@ -3,7 +3,7 @@
 `stats`: compiles (never runs) the training step and the sampler's generate for one fixed global
 batch on meshes of 1 and 8 devices and prints one JSON line with each executable's per-device
 temporary memory and FLOPs (`compiled.memory_analysis()` / `cost_analysis()`), plus the training
-step with 2 micro-batches. `equal`: runs `learner.bench_scaling.check_parity` on all 8: two
+step with 2 micro-batches. `equal`: runs `learner.bench.scaling.check_parity` on all 8: two
 training steps (2 micro-batches on a (data=2, fsdp=2, tensor=2) mesh against 1 on one device) and
 greedy generation, with and without a shared prefill; sharded results must equal single-device ones.
 """
@@ -22,8 +22,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from learner.bench import tiny_config  # noqa: E402
-from learner.bench_scaling import check_parity  # noqa: E402
+from learner.bench.scaling import check_parity  # noqa: E402
+from learner.bench.throughput import tiny_config  # noqa: E402
 from learner.lm.model import Transformer  # noqa: E402
 from learner.lm.sampler import Sampler, _generate  # noqa: E402
 from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh, shard_batch  # noqa: E402
@@ -81,7 +81,7 @@ def compiled_stats(n: int) -> dict[str, dict[str, float]]:
 
 
 def check_equal() -> None:
-    """The (data=2, fsdp=2, tensor=2) mesh against one device (learner.bench_scaling.check_parity)."""
+    """The (data=2, fsdp=2, tensor=2) mesh against one device (learner.bench.scaling.check_parity)."""
     report = check_parity(jax.devices())
     assert report["mesh"] == {"data": 2, "fsdp": -1, "tensor": 2}, report
 

@@ -1,4 +1,4 @@
-"""The decode-step-against-rows probe (learner.bench_decode_rows): its strong-scaling arithmetic,
+"""The decode-step-against-rows probe (learner.bench.decode_rows): its strong-scaling arithmetic,
 its line fit, and one run of the real sampler on the tiny model through its command line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from learner.bench_decode_rows import fit_line, strong_scaling
+from learner.bench.decode_rows import fit_line, strong_scaling
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_fit_line_recovers_fixed_and_per_row_costs() -> None:
 def test_command_line_measures_every_row_count_on_the_real_sampler(tmp_path: Path) -> None:
     out = tmp_path / "rows.jsonl"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "learner.bench_decode_rows", "--suite", "tiny",
+    proc = subprocess.run([sys.executable, "-m", "learner.bench.decode_rows", "--suite", "tiny",
                            "--steps-per-check", "2", "--out", str(out)],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]

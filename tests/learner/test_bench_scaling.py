@@ -1,4 +1,4 @@
-"""The multi-GPU scaling benchmark (learner.bench_scaling), run on simulated CPU devices: the same
+"""The multi-GPU scaling benchmark (learner.bench.scaling), run on simulated CPU devices: the same
 global batch on 1 and N devices, per-device micro-batches, the efficiency table, a run config's
 policy against its memory plan, and the sharded-equals-single check through its command line."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from learner.bench_scaling import compare_table, efficiency, parity_mesh_config
+from learner.bench.scaling import compare_table, efficiency, parity_mesh_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _cli(args: list[str], devices: int, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-    proc = subprocess.run([sys.executable, "-m", "learner.bench_scaling", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "learner.bench.scaling", *args], capture_output=True,
                           text=True, env=env, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
@@ -55,14 +55,14 @@ def test_compare_table_reports_each_device_count_against_one_device() -> None:
 
 
 def test_a_tensor_split_that_does_not_divide_the_devices_is_refused() -> None:
-    from learner.bench_scaling import main
+    from learner.bench.scaling import main
 
     with pytest.raises(SystemExit, match="must be >= 1 and divide the 1 device"):
         main(["run", "--devices", "1", "--tensor", "2", "--suite", "tiny"])
 
 
 def test_steps_per_check_below_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from learner.bench_scaling import main
+    from learner.bench.scaling import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "--devices", "1", "--steps-per-check", "0", "--suite", "tiny"])
@@ -141,7 +141,7 @@ def test_parity_command_passes_on_four_simulated_devices() -> None:
 def test_compare_updates_passes_reduction_noise_and_fails_a_wrong_update() -> None:
     import numpy as np
 
-    from learner.bench_scaling import compare_updates
+    from learner.bench.scaling import compare_updates
 
     rng = np.random.default_rng(0)
     init = [rng.normal(size=(256, 256)), rng.normal(size=(64,))]

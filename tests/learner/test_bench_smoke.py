@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from learner.bench import qwen2_1b_config, train_flops_per_token
+from learner.bench.throughput import qwen2_1b_config, train_flops_per_token
 from learner.cli import main
 
 
@@ -33,7 +33,7 @@ def test_flop_and_param_accounting() -> None:
 
 @pytest.mark.slow
 def test_suite_tiny_runs_every_part_and_writes_the_table(tmp_path: Path) -> None:
-    from learner.bench import run_suite, suite_table
+    from learner.bench.throughput import run_suite, suite_table
 
     res = run_suite("tiny", tmp_path)
     assert res["errors"] == [] and res["copy_bandwidth_bytes_per_s"] > 0

@@ -144,7 +144,7 @@ def test_the_learner_samples_with_the_configured_engine(tmp_path) -> None:
 
 
 def test_rollout_benchmark_runs_both_samplers_on_the_same_samples() -> None:
-    from learner.bench_rollout import bench_rollout, table
+    from learner.bench.rollout import bench_rollout, table
 
     r = bench_rollout("tiny")
     assert r["samples"] == 32 and r["tokens"] > 0

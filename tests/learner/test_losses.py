@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from learner.bench import tiny_config
+from learner.bench.throughput import tiny_config
 from learner.lm.model import Transformer
 from learner.runtime.losses import head_logprobs, lm_loss_sum_count, logprobs_from_hidden
 

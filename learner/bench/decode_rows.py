@@ -1,7 +1,7 @@
 """How the rollout's decode step costs with the rows a GPU holds, and what that allows multi-GPU.
 
-    python -m learner.bench_decode_rows --suite tiny                  # CPU: the same code paths
-    python -m learner.bench_decode_rows --suite 1.5b --out d.json     # one GPU: random Qwen2.5-1.5B
+    python -m learner.bench.decode_rows --suite tiny                  # CPU: the same code paths
+    python -m learner.bench.decode_rows --suite 1.5b --out d.json     # one GPU: random Qwen2.5-1.5B
 
 Data-parallel rollouts give each of N GPUs 1/N of the rows, so at a fixed global batch the
 rollout scales only as far as the decode step's cost falls with the rows. This measures that
@@ -10,7 +10,7 @@ row count, two generates of the same compiled shape whose rows stop after `short
 `long` new tokens; the difference over `long - short` steps is the cost of one decode step
 (prefill and launch cancel). The measured steps then predict the rollout's strong-scaling
 efficiency on N GPUs, `step(R) / (N * step(R / N))`, for the scaling benchmark's R rows (what
-`learner.bench_scaling` measures on N real GPUs, less its collectives); a least-squares line
+`learner.bench.scaling` measures on N real GPUs, less its collectives); a least-squares line
 `step = fixed + per_row * rows` names the part that no number of GPUs removes, and the
 HBM-traffic bound of each step (weights plus the KV cache read) shows how far above it the
 fixed part sits (bandwidth: a measured on-device copy). XLA flags (command buffers, say) go through XLA_FLAGS, one process each.
@@ -30,12 +30,12 @@ import jax
 import numpy as np
 from flax import nnx
 
-from learner.bench_args import add_steps_per_check
+from learner.bench.args import add_steps_per_check
 
 log = logging.getLogger(__name__)
 
 SUITES: dict[str, dict[str, Any]] = {
-    # The scaling benchmark's rollout (learner.bench_scaling "1.5b"): 128 rows, 2048-token prompts.
+    # The scaling benchmark's rollout (learner.bench.scaling "1.5b"): 128 rows, 2048-token prompts.
     "1.5b": dict(model="qwen2.5-1.5b", rows=(32, 64, 128), prompt_len=2048, short=64, long=320,
                  global_rows=128, copy_bytes=2 << 30),
     "tiny": dict(model="tiny", rows=(2, 4, 8), prompt_len=16, short=4, long=20, global_rows=8,
@@ -62,7 +62,7 @@ def strong_scaling(step_ms: dict[int, float], global_rows: int) -> dict[int, flo
 
 
 def bench_rows(suite: str, steps_per_check: int = 1, seed: int = 0) -> dict[str, Any]:
-    from learner.bench import _suite_model, decode_bytes_per_step, measure_copy_bandwidth
+    from learner.bench.throughput import _suite_model, decode_bytes_per_step, measure_copy_bandwidth
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
     from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
@@ -118,7 +118,7 @@ def table(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    p = argparse.ArgumentParser(prog="python -m learner.bench_decode_rows", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m learner.bench.decode_rows", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--suite", choices=sorted(SUITES), default="tiny")
     add_steps_per_check(p)

@@ -1,15 +1,15 @@
 """Data-parallel scaling over the GPUs of one host: the same global batch on 1 and on N devices.
 
-    python -m learner.bench_scaling run --devices 1 --out-dir $OUT/scaling     # the first GPU
-    python -m learner.bench_scaling run --devices all --out-dir $OUT/scaling   # every GPU
-    python -m learner.bench_scaling compare --out-dir $OUT/scaling             # the table
-    python -m learner.bench_scaling big --config configs/gpu_cluster.py --out-dir $OUT/big
-    python -m learner.bench_scaling parity                                     # sharded == single
+    python -m learner.bench.scaling run --devices 1 --out-dir $OUT/scaling     # the first GPU
+    python -m learner.bench.scaling run --devices all --out-dir $OUT/scaling   # every GPU
+    python -m learner.bench.scaling compare --out-dir $OUT/scaling             # the table
+    python -m learner.bench.scaling big --config configs/gpu_cluster.py --out-dir $OUT/big
+    python -m learner.bench.scaling parity                                     # sharded == single
     bash benchmarks/gpu_multi_bench.sh                                            # all of it, GPU host
 
 `run` measures, on the first `--devices` devices (mesh: every device on the fsdp axis), one
-GRPO step of `learner.bench_rl` (rollout from the bf16 rollout copy with one shared prefill per
-prompt, reference log-probs, a micro-batched update) and `learner.bench`'s training step, and
+GRPO step of `learner.bench.rl_step` (rollout from the bf16 rollout copy with one shared prefill per
+prompt, reference log-probs, a micro-batched update) and `learner.bench.throughput`'s training step, and
 writes `scaling_<N>.json`. The global batch is the suite's whatever N is; the micro-batch is
 fixed *per device* (`micro_batch_tokens_per_device` x N tokens over the mesh), so each device
 does the same work per micro-batch at every N. Run each N in its own process: the peaks of
@@ -44,12 +44,12 @@ from typing import Any
 
 import jax
 
-from learner.bench_args import add_steps_per_check
+from learner.bench.args import add_steps_per_check
 
 log = logging.getLogger(__name__)
 
 # Global batches of the scaling measurements (the same at every N). `1.5b`: the learner-at-scale
-# sizes of one H100 (learner.bench SUITES["h100"]); `tiny`: the same code on CPU devices.
+# sizes of one H100 (learner.bench.throughput SUITES["h100"]); `tiny`: the same code on CPU devices.
 SUITES: dict[str, dict[str, Any]] = {
     "1.5b": dict(model="qwen2.5-1.5b", peak_flops=989.4e12,
                  rl=dict(prompts=8, group=16, prompt_len=2048, max_new=2048,
@@ -86,8 +86,8 @@ def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path, steps_
     `tensor` > 1, scaling_<N>_tensor<T>.json: the mesh's tensor axis splits the weights, and the
     rollout copy's reads, `tensor` ways; the rest stay on fsdp). `steps_per_check`: the rollout's
     decode steps per check of its loop condition (`sampling.steps_per_check`)."""
-    from learner.bench import _suite_model, bench_train
-    from learner.bench_rl import bench_rl_step, peak_gb_per_device
+    from learner.bench.rl_step import bench_rl_step, peak_gb_per_device
+    from learner.bench.throughput import _suite_model, bench_train
 
     s = SUITES[suite]
     n = len(devices)
@@ -143,7 +143,7 @@ def compare_table(runs: dict[tuple[int, int], dict[str, Any]]) -> str:
     """Markdown: one row per (devices, tensor split), as `load_runs` keys them, efficiencies
     against the one-device run."""
     if (1, 1) not in runs:
-        return "no one-device run (scaling_1.json): run `learner.bench_scaling run --devices 1` first"
+        return "no one-device run (scaling_1.json): run `learner.bench.scaling run --devices 1` first"
     one = runs[1, 1]
     lines = [f"{one['model']['name']} ({one['model']['num_params'] / 1e9:.2f}B params, random init) on "
              f"{one['device_kind']}, JAX {one['jax_version']}; same global batch at every N; rollout decode "
@@ -192,8 +192,8 @@ def run_big(config_path: str, model_name: str, devices: Sequence[jax.Device], ou
     import numpy as np
     from flax import nnx
 
-    from learner.bench import _suite_model
-    from learner.bench_rl import peak_gb_per_device, timed_rl_step
+    from learner.bench.rl_step import peak_gb_per_device, timed_rl_step
+    from learner.bench.throughput import _suite_model
     from learner.config_check import load_config_file
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
@@ -349,7 +349,7 @@ def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
     import numpy as np
     from flax import nnx
 
-    from learner.bench import tiny_config
+    from learner.bench.throughput import tiny_config
     from learner.lm.engine import ContinuousSampler
     from learner.lm.model import Transformer
     from learner.lm.sampler import Sampler, SamplingConfig
@@ -417,7 +417,7 @@ def check_parity(devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m learner.bench_scaling", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m learner.bench.scaling", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the suite's RL and training steps on the first N devices")
@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             res = run_scaling(args.suite, devices, args.out_dir, args.steps_per_check, args.tensor)
         except ScalingArgumentError as err:
-            raise SystemExit(f"bench_scaling run: {err}") from None
+            raise SystemExit(f"learner.bench.scaling run: {err}") from None
         print(json.dumps({k: res.get(k) for k in ("devices", "rl", "train", "errors")}, indent=1), flush=True)
         return 1 if res["errors"] else 0
     if args.command == "big":

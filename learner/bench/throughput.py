@@ -1,8 +1,8 @@
 """Training-throughput / MFU and decode-throughput benchmark on a random ~1B Qwen2-shaped model.
 
-    python -m learner.bench --out bench.json            # GPU: seq 4096, decode batch 64 / 256
-    python -m learner.bench --tiny --out bench.json     # CPU smoke test
-    python -m learner.bench --suite h100 --out-dir $OUT # the learner-at-scale targets, one GPU
+    python -m learner.bench.throughput --out bench.json            # GPU: seq 4096, decode batch 64 / 256
+    python -m learner.bench.throughput --tiny --out bench.json     # CPU smoke test
+    python -m learner.bench.throughput --suite h100 --out-dir $OUT # the learner-at-scale targets, one GPU
 
 Method (see docs/learner_model.md):
 * training FLOPs/token = 6 * N_matmul + 6 * L * s * (H * D)   (attention QK^T and PV matmuls,
@@ -12,7 +12,7 @@ Method (see docs/learner_model.md):
   bytes/step = W_bytes + 2 * L * B * K * T * D * 2; bound tokens/s = B * BW / bytes/step.
   With `--suite`, BW is the card's copy bandwidth measured first (`measure_copy_bandwidth`).
 * `--suite h100` (or `tiny` on CPU): a random Qwen2.5-1.5B-shaped model; an RL step at G=16,
-  8 prompts of 2k tokens, 2k-token responses, micro-batched (`learner.bench_rl`); decode at
+  8 prompts of 2k tokens, 2k-token responses, micro-batched (`learner.bench.rl_step`); decode at
   batch 256, context 4k against the bound; training MFU at sequence 4096 with micro-batching.
   Writes suite.json, suite.md (the table) under --out-dir.
 """
@@ -96,7 +96,7 @@ def _sync(x: Any) -> None:
 
 
 def _peak_mem_gb(devices: Sequence[jax.Device] | None = None) -> float | None:
-    from learner.bench_rl import _peak_gb
+    from learner.bench.rl_step import _peak_gb
 
     return _peak_gb(devices or jax.devices()[:1])
 
@@ -247,7 +247,7 @@ def run_suite(name: str, out_dir: Path) -> dict[str, Any]:
     """The three measurements of a suite, each recorded (or its error) as it finishes."""
     import gc
 
-    from learner.bench_rl import bench_rl_step
+    from learner.bench.rl_step import bench_rl_step
 
     s = SUITES[name]
     cfg = _suite_model(s["model"])

@@ -1,7 +1,7 @@
 """Which rollout pays: a static batch, or continuous batching (learner.lm.engine)?
 
-    python -m learner.bench_rollout --suite tiny              # CPU: the same code paths, tiny model
-    python -m learner.bench_rollout --suite 1.5b --out r.json # GPU host: random Qwen2.5-1.5B shape
+    python -m learner.bench.rollout --suite tiny              # CPU: the same code paths, tiny model
+    python -m learner.bench.rollout --suite 1.5b --out r.json # GPU host: random Qwen2.5-1.5B shape
 
 One RL step's rollouts: `prompts` distinct prompts x G samples, decoded by `rows` rows at a time
 (the learner's `sampling.batch_size`), each completion capped at a length drawn once per sample
@@ -26,7 +26,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from learner.bench_args import add_steps_per_check
+from learner.bench.args import add_steps_per_check
 from learner.lm.engine import ContinuousSampler, expected_static_efficiency
 from learner.lm.model import Transformer
 from learner.lm.sampler import Sampler, SamplingConfig
@@ -57,7 +57,7 @@ def _timed(fn: Any) -> tuple[Any, float]:
 
 
 def bench_rollout(suite: str, seed: int = 0, steps_per_check: int = 1) -> dict[str, Any]:
-    from learner.bench import _suite_model
+    from learner.bench.throughput import _suite_model
 
     s = SUITES[suite]
     cfg = _suite_model(s["model"])
@@ -120,7 +120,7 @@ def table(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    p = argparse.ArgumentParser(prog="python -m learner.bench_rollout", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m learner.bench.rollout", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--suite", choices=sorted(SUITES), default="tiny")
     p.add_argument("--seed", type=int, default=0)
