@@ -1,6 +1,6 @@
 """The full set of learner options with their defaults; every config file starts from this.
 
-Each section is chosen and read by name in `learner.train`; override any field on the command
+Each section is chosen and read by name in the trainer (`learner.train`, `learner.stages`); override any field on the command
 line, e.g. ``--config.rl.group_size=16 --config.farm.endpoints='("gpu1:50051","gpu2:50051")'``.
 
 Every field's comment at the end of its line is its one-line description: `learner train --help`

@@ -153,7 +153,8 @@ def _share_gpu_with_local_farm(cfg: object) -> None:
 
 
 def _train(argv: list[str]) -> int:
-    from learner.train import TrainConfigError, train
+    from learner.config_check import TrainConfigError
+    from learner.train import train
 
     cfg, _ = _config_flags("train", argv)
     _share_gpu_with_local_farm(cfg)
@@ -166,8 +167,8 @@ def _train(argv: list[str]) -> int:
 
 
 def _experiment(argv: list[str]) -> int:
+    from learner.config_check import TrainConfigError
     from learner.experiment import run_experiment
-    from learner.train import TrainConfigError
 
     cfg, _ = _config_flags("experiment", argv)
     _share_gpu_with_local_farm(cfg)
@@ -180,10 +181,14 @@ def _experiment(argv: list[str]) -> int:
 
 
 def _eval(argv: list[str]) -> int:
-    from learner import train as tr
+    from learner.config_check import EVAL_FORMS, TrainConfigError
     from learner.report.speedups import format_table, write_report
     from learner.report.stage_notes import stage_notes
     from learner.rl.exemplars import ExemplarDB
+    from learner.stages.evaluate import FORM_LABELS, evaluate
+    from learner.stages.programs import measure_known_programs
+    from learner.stages.run import open_run
+    from learner.stages.state import load_stage_params
 
     cfg, fv = _config_flags("eval", argv)
     _share_gpu_with_local_farm(cfg)
@@ -191,23 +196,23 @@ def _eval(argv: list[str]) -> int:
         print("learner eval: --checkpoint is required (a stage checkpoint directory)", file=sys.stderr)
         return 2
     forms = [f.strip() for f in (fv.prompts or cfg.eval.prompts).split(",") if f.strip()]
-    bad = [f for f in forms if f not in tr.EVAL_FORMS]
+    bad = [f for f in forms if f not in EVAL_FORMS]
     if bad or not forms:
-        print(f"learner eval: --prompts takes a comma list of {', '.join(tr.EVAL_FORMS)}", file=sys.stderr)
+        print(f"learner eval: --prompts takes a comma list of {', '.join(EVAL_FORMS)}", file=sys.stderr)
         return 2
-    run = tr.open_run(cfg, record_config=False)
+    run = open_run(cfg, record_config=False)
     try:
-        params = tr.load_stage_params(run, Path(fv.checkpoint), fv.step)
-        tr.measure_known_programs(run)  # the frozen exemplars and program names read their scores
+        params = load_stage_params(run, Path(fv.checkpoint), fv.step)
+        measure_known_programs(run)  # the frozen exemplars and program names read their scores
         name = Path(fv.checkpoint).name
         speedups, verdicts, labelled, rows = {}, {}, {}, {}
         with ExemplarDB(run.workdir / "eval.sqlite") as edb:
             for form in forms:
-                summary, samples = tr.evaluate(
+                summary, samples = evaluate(
                     run, params, f"cli-{name}-{time.strftime('%Y%m%d-%H%M%S')}", form=form,
                     samples_per_task=int(cfg.eval.samples_per_task),
                     temperature=float(cfg.eval.temperature), db=edb)
-                label = f"{name} | {tr.FORM_LABELS[form]}"
+                label = f"{name} | {FORM_LABELS[form]}"
                 rows[label] = summary
                 labelled[label] = samples
                 speedups[label] = [s["speedup"] for s in samples]
@@ -217,7 +222,7 @@ def _eval(argv: list[str]) -> int:
         paths = write_report(prefix, speedups, verdicts, notes_text=text, notes_md=md)
         print(format_table(rows))
         print(f"report: {', '.join(str(p) for p in paths.values())}")
-    except tr.TrainConfigError as err:
+    except TrainConfigError as err:
         print(f"learner eval: {err}", file=sys.stderr)
         return 2
     finally:

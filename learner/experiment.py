@@ -28,10 +28,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from learner import train as tr
+from learner.config_check import TrainConfigError
 from learner.report.speedups import write_report
 from learner.report.stage_notes import cells, program_shares, program_table_md, program_table_text
 from learner.report.stats import Interval, paired_difference
+from learner.stages.evaluate import FORM_LABELS, eval_stage
+from learner.stages.programs import measure_known_programs
+from learner.stages.run import open_run
+from learner.stages.state import load_stage_params
+from learner.train import train
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +59,7 @@ def arm_list(cfg: Any) -> list[str]:
     arms = [a.strip() for a in str(cfg.experiment.arms).split(",") if a.strip()]
     bad = [a for a in arms if a not in ARMS]
     if bad or not arms:
-        raise tr.TrainConfigError(f"experiment.arms={cfg.experiment.arms!r}: use a comma list of {', '.join(ARMS)}")
+        raise TrainConfigError(f"experiment.arms={cfg.experiment.arms!r}: use a comma list of {', '.join(ARMS)}")
     return arms
 
 
@@ -70,10 +75,10 @@ def _eval_selfsup(cfg: Any, ckpt: Path) -> None:
     """Evaluate the base's self-supervised checkpoint under `cfg.seed` (the arms' baseline)."""
     if (Path(cfg.workdir) / "eval" / "selfsup.json").is_file():
         return
-    run = tr.open_run(cfg)
+    run = open_run(cfg)
     try:
-        tr.measure_known_programs(run)
-        tr._eval_stage(run, "selfsup", tr.load_stage_params(run, ckpt))
+        measure_known_programs(run)
+        eval_stage(run, "selfsup", load_stage_params(run, ckpt))
     finally:
         run.close()
 
@@ -166,14 +171,14 @@ def experiment_report(root: Path, arms: Sequence[str], seeds: Sequence[int]) -> 
     speedups, verdicts = {}, {}
     for form, labelled in rows.items():
         for label, samples in labelled.items():
-            key = f"{label} | {tr.FORM_LABELS.get(form, form)}"
+            key = f"{label} | {FORM_LABELS.get(form, form)}"
             speedups[key] = [s["speedup"] for s in samples]
             verdicts[key] = [s["verdict"] for s in samples]
     ev = evidence(rows, arms)
     text = _evidence_text(ev)
     md = "### The two questions\n\n```\n" + text + "```\n"
     for form, labelled in rows.items():
-        name = tr.FORM_LABELS.get(form, form)
+        name = FORM_LABELS.get(form, form)
         text += f"\nPrograms emitted ({name}; all tasks)\n" + program_table_text(labelled)
         md += f"\n### Programs emitted ({name}; all tasks)\n\n" + program_table_md(labelled)
         held = {k: _subset(v, heldout=True) for k, v in labelled.items()}
@@ -199,7 +204,7 @@ def experiment_report(root: Path, arms: Sequence[str], seeds: Sequence[int]) -> 
 
 def run_experiment(cfg: Any) -> dict[str, Path]:
     if "experiment" not in cfg:
-        raise tr.TrainConfigError("this config has no experiment section: start from configs/speed_mixture.py")
+        raise TrainConfigError("this config has no experiment section: start from configs/speed_mixture.py")
     if cfg.experiment.short:
         from configs.speed_mixture import shorten
 
@@ -213,7 +218,7 @@ def run_experiment(cfg: Any) -> dict[str, Path]:
     cache = cfg.farm.local_cache_dir or str(root / "farm-cache")
     base = root / "base"
     log.info("experiment %s: base, then %d arm(s) x %d seed(s)", root, len(arms), len(seeds))
-    tr.train(_derive(cfg, workdir=str(base), stages="sft,selfsup", farm__local_cache_dir=cache))
+    train(_derive(cfg, workdir=str(base), stages="sft,selfsup", farm__local_cache_dir=cache))
     ckpt = base / "ckpt" / "selfsup"
     frozen = str(base / "eval_exemplars.json")
     for s in seeds:
@@ -225,7 +230,7 @@ def run_experiment(cfg: Any) -> dict[str, Path]:
             wd = root / arm / f"seed{s}"
             _seed_tokenizer(base, wd)
             log.info("arm %s, seed %d", arm, s)
-            tr.train(_derive(
+            train(_derive(
                 cfg, workdir=str(wd), seed=s, stages="rl", init_from=str(ckpt), farm__local_cache_dir=cache,
                 eval__exemplars_from=frozen, rl__num_exemplars=0 if arm == "grpo" else int(cfg.rl.num_exemplars),
                 rl__exemplar_rule="random" if arm == "random" else "bucket"))

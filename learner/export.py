@@ -56,7 +56,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, step: int | No
 
     from learner.lm.hf_io import save_hf_model
     from learner.runtime.policy import build_policy
-    from learner.train import load_stage_params
+    from learner.stages.state import load_stage_params
 
     ckpt = Path(checkpoint)
     if not ckpt.is_dir():
@@ -87,7 +87,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, step: int | No
 
 
 def run(args: argparse.Namespace) -> int:
-    from learner.train import TrainConfigError
+    from learner.config_check import TrainConfigError
 
     try:
         out = export_checkpoint(args.checkpoint, args.out, step=args.step, config=args.config, dtype=args.dtype)

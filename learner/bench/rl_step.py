@@ -1,6 +1,6 @@
 """One GRPO step end to end on a random model: rollout, reference log-probs, micro-batched update.
 
-The step is what `learner.train.run_rl` does per step minus the farm: `prompts` distinct prompts of
+The step is what `learner.stages.rl.run_rl` does per step minus the farm: `prompts` distinct prompts of
 `prompt_len` random tokens, `group` samples of each (one shared prefill per prompt) decoded to
 `max_new` tokens from the bf16 rollout copy, reference log-probs from a compute-dtype reference
 copy, then one GRPO update with `micro_batch_tokens` tokens per micro-batch and the refresh of the

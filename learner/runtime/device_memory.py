@@ -213,7 +213,7 @@ def plan_memory(model: ModelConfig, inputs: PlanInputs, device_bytes: float,
                  "mesh.fsdp (more devices) or model.param_dtype"),
     ]
     # No copy of the initial policy: the first stage takes its weights over, and checkpoint
-    # restores fill abstract templates (learner.runtime.policy, learner.train._template).
+    # restores fill abstract templates (learner.runtime.policy, learner.stages.state.template).
     if i.reference_dtype:
         lines.append(PlanLine("reference policy", n_params * _nbytes(i.reference_dtype) / shards,
                               "rl.grpo.kl_coef=0 drops it; mesh.fsdp shards it"))

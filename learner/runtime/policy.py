@@ -68,7 +68,7 @@ class Policy:
         """The initial model (its weights are shared, not copied); only while the policy holds them."""
         if self._released:
             raise PolicyReleasedError("the initial weights were handed to the first stage and freed; "
-                                      "restore a stage checkpoint instead (learner.train.load_stage_params)")
+                                      "restore a stage checkpoint instead (learner.stages.state.load_stage_params)")
         return nnx.merge(self.graphdef, self._params)
 
     def take_params(self) -> Any:

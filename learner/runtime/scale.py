@@ -1,7 +1,7 @@
 """How the trainer steps at scale: batches placed on the mesh, micro-batches sized by tokens,
 and the memory plan checked at start (RL's frozen reference policy: `learner.rl.reference`).
 
-The stage loops in `learner.train` call these instead of the bare jitted functions, so the same
+The stage loops in `learner.stages` call these instead of the bare jitted functions, so the same
 loop runs on one device, on N devices of a host, and on several hosts.
 """
 

@@ -117,7 +117,8 @@ def test_the_learner_samples_with_the_configured_engine(tmp_path) -> None:
     from configs import demo
     from learner.config_check import TrainConfigError, validate_config
     from learner.rl.rollout import Prompt, generate_rollouts
-    from learner.train import _sampler, open_run
+    from learner.stages.run import open_run
+    from learner.stages.samples import make_sampler
 
     cfg = demo.get_config()
     cfg.workdir = str(tmp_path / "run")
@@ -127,7 +128,7 @@ def test_the_learner_samples_with_the_configured_engine(tmp_path) -> None:
     cfg.sampling.max_new_tokens = 8
     run = open_run(cfg)
     try:
-        sampler = _sampler(run, run.policy.take_params())
+        sampler = make_sampler(run, run.policy.take_params())
         assert isinstance(sampler, ContinuousSampler) and sampler.rows == 3
         ids = run.encode_prompt("class ModelNew(nn.Module):")
         prompts = [Prompt(f"s{i}", "L1/1", i // 2, ids[: 4 + i]) for i in range(7)]

@@ -150,7 +150,7 @@ def test_resume_refuses_moves_of_step_numbers_but_allows_the_last_stage():
 
 
 def test_train_refuses_an_incompatible_resume_unless_forced(tmp_path):
-    from learner.train import open_run
+    from learner.stages.run import open_run
 
     cfg = demo.get_config()
     cfg.workdir = str(tmp_path)
@@ -172,7 +172,8 @@ def test_export_writes_a_model_transformers_loads_with_matching_logits(tmp_path)
 
     from learner.export import export_checkpoint
     from learner.runtime.checkpoint import Checkpointer
-    from learner.train import _corpus, _fresh_state, open_run
+    from learner.stages.run import _corpus, open_run
+    from learner.stages.state import fresh_state
 
     cfg = demo.get_config()
     cfg.workdir = str(tmp_path / "run")
@@ -184,7 +185,7 @@ def test_export_writes_a_model_transformers_loads_with_matching_logits(tmp_path)
     try:
         # a "trained" checkpoint: the initial params moved away from their init
         params = jax.tree.map(lambda x: x + 0.01, nnx.state(run.policy.model))
-        state = _fresh_state(run, "rl", params)
+        state = fresh_state(run, "rl", params)
         with Checkpointer(run.workdir / "ckpt" / "rl", async_save=False) as ck:
             ck.save(state, force=True)
         model = nnx.merge(nnx.graphdef(run.policy.model), params)

@@ -14,7 +14,8 @@ from configs import demo
 from learner.runtime.checkpoint import Checkpointer
 from learner.runtime.policy import PolicyReleasedError
 from learner.runtime.scale import step as scale_step
-from learner.train import _stage_state, _template, open_run
+from learner.stages.run import open_run
+from learner.stages.state import stage_state, template
 
 
 def _live(shape: tuple[int, ...], dtype: str) -> int:
@@ -44,7 +45,7 @@ def test_stages_keep_no_copy_of_the_weights_beyond_their_state(run) -> None:
     assert _live(emb, "float32") == 1  # the initial policy, before any stage
     stages = ["sft", "rl"]
 
-    state, reference, restored = _stage_state(run, "sft", stages)
+    state, reference, restored = stage_state(run, "sft", stages)
     run.policy.release()
     assert reference is None and restored == 0
     assert not run.policy.holds_weights
@@ -57,7 +58,7 @@ def test_stages_keep_no_copy_of_the_weights_beyond_their_state(run) -> None:
     del state
     assert _live(emb, "float32") == 0
 
-    state, reference, restored = _stage_state(run, "rl", stages)
+    state, reference, restored = stage_state(run, "rl", stages)
     assert restored == 0
     # RL's state from the SFT checkpoint (abstract template: nothing extra), its reference in bf16
     assert _live(emb, "float32") == 3
@@ -77,16 +78,16 @@ def test_stages_keep_no_copy_of_the_weights_beyond_their_state(run) -> None:
     del state, reference
 
     # Resuming RL restores into an abstract template; the reference comes from SFT's final params.
-    state, reference, restored = _stage_state(run, "rl", stages)
+    state, reference, restored = stage_state(run, "rl", stages)
     assert restored == 1
     assert _live(emb, "float32") == 3 and _live(emb, "bfloat16") == 1
 
 
 def test_abstract_template_has_the_state_shapes_and_no_arrays(run) -> None:
-    tpl = _template(run, "sft")
+    tpl = template(run, "sft")
     leaves = jax.tree.leaves(tpl.checkpoint_items())
     assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
     assert all(x.sharding is not None for x in leaves)
-    state, _, _ = _stage_state(run, "sft", ["sft"])
+    state, _, _ = stage_state(run, "sft", ["sft"])
     real = jax.tree.leaves(state.checkpoint_items())
     assert [(x.shape, x.dtype) for x in leaves] == [(x.shape, x.dtype) for x in real]

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from configs import demo
+from learner.config_check import TrainConfigError
 from learner.rl.farm import FarmOutcome
 from learner.rl.prompts import Exemplar, contrastive_prompt, parse_response, sft_prompt
+from learner.rl.rewards import RewardRule, rewards
 from learner.rl.rollout import LengthGroupedSampler, Rollout, grpo_batch, length_bucket, lm_batch
 from learner.rl.tasks import (
     TaskSetError,
@@ -24,15 +26,8 @@ from learner.rl.tasks import (
     task_programs,
 )
 from learner.runtime.train_step import OptimizerConfig, learning_rate_schedule
-from learner.train import (
-    RewardRule,
-    TrainConfigError,
-    outcome_metrics,
-    rewards,
-    stage_list,
-    stage_offsets,
-    stage_steps,
-)
+from learner.stages.samples import outcome_metrics
+from learner.stages.specs import stage_list, stage_offsets, stage_steps
 
 
 def test_task_set_by_ids_and_errors():

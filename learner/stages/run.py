@@ -1,0 +1,174 @@
+"""The run: what every stage shares (config, stage specs, policy, task set, farm, exemplar
+database, metrics), opened (or reopened, on resume) once per process by `open_run`. The farm
+starts only when scoring begins (`Run.start_farm`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from learner.config_check import TrainConfigError, resume_conflicts, validate_config
+from learner.lm.sampler import SamplingConfig
+from learner.report.metrics import MetricsWriter
+from learner.rl.exemplars import ExemplarDB
+from learner.rl.farm import Farm, FarmSettings
+from learner.rl.prompts import contrastive_prompt, sft_prompt
+from learner.rl.tasks import (
+    Program,
+    TaskInfo,
+    builtin_sources,
+    load_task_set,
+    resolve_task_ids,
+    task_programs,
+)
+from learner.runtime import compile_cache, scale
+from learner.runtime.policy import Policy, build_policy
+from learner.stages.specs import StageSpec, stage_list, stage_specs
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Run:
+    """What every stage shares: config, stage specs, policy, tasks, farm, database, metrics."""
+
+    cfg: Any  # the whole config
+    specs: dict[str, StageSpec]  # the configured stages, in pipeline order
+    workdir: Path
+    policy: Policy
+    tasks: list[TaskInfo]
+    db: ExemplarDB
+    writer: MetricsWriter
+    farm_factory: Callable[[], Farm]
+    heldout: frozenset[str] = frozenset()  # task ids kept out of RL (evaluated only)
+    measured: dict[str, float] = dataclasses.field(default_factory=dict)  # code sha -> speedup
+    _farm: Farm | None = None
+    _known: list[Program] | None = None
+
+    @property
+    def stages(self) -> list[str]:
+        return list(self.specs)
+
+    @property
+    def rl_tasks(self) -> list[TaskInfo]:
+        return [t for t in self.tasks if t.task_id not in self.heldout]
+
+    @property
+    def farm(self) -> Farm:
+        """The running farm (`start_farm` starts it)."""
+        if self._farm is None:
+            raise RuntimeError("the farm is not started: call Run.start_farm() first")
+        return self._farm
+
+    def start_farm(self) -> Farm:
+        """Start the farm (local daemons, or a client of `farm.endpoints`) unless it runs already."""
+        if self._farm is None:
+            self._farm = self.farm_factory()
+        return self._farm
+
+    @property
+    def task_by_id(self) -> dict[str, TaskInfo]:
+        return {t.task_id: t for t in self.tasks}
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Through the checkpoint's chat template when it has one (model.chat_template="auto")."""
+        return self.tokenizer.encode_prompt(text, chat=str(self.cfg.model.chat_template) != "off")
+
+    def encode_completion(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_ids[0]]
+
+    def sampling(self, temperature: float | None = None) -> SamplingConfig:
+        s = self.cfg.sampling
+        return SamplingConfig(
+            max_new_tokens=int(s.max_new_tokens),
+            temperature=float(s.temperature if temperature is None else temperature),
+            top_p=float(s.top_p), eos_ids=tuple(self.tokenizer.eos_ids),
+        )
+
+    def max_prompt_len(self) -> int:
+        return int(self.cfg.max_seq_len) - int(self.cfg.sampling.max_new_tokens)
+
+    def close(self) -> None:
+        if self._farm is not None:
+            self._farm.close()
+            self._farm = None
+        self.writer.close()
+        self.db.close()
+
+
+def open_run(cfg: Any, *, record_config: bool = True) -> Run:
+    """Open (or reopen) the run in `cfg.workdir`: refuse a resume under an incompatible config,
+    record the config, build the policy and the stage specs. Starts no farm (`Run.start_farm`)."""
+    validate_config(cfg)
+    specs = stage_specs(cfg)
+    workdir = Path(cfg.workdir)
+    recorded = workdir / "config.json"
+    if record_config and recorded.is_file() and (workdir / "ckpt").is_dir():
+        problems = resume_conflicts(json.loads(recorded.read_text()), cfg)
+        if problems and not cfg.resume_force:
+            raise TrainConfigError(
+                f"{workdir} holds a run with a different config: " + "; ".join(problems)
+                + ". Resuming would mix incompatible steps and exemplar rows: use a new workdir, "
+                "or --config.resume_force=True to resume anyway")
+        for p in problems:
+            log.warning("resume_force: %s", p)
+    workdir.mkdir(parents=True, exist_ok=True)
+    compile_cache.enable(cfg.jax_cache_dir, workdir)  # before the first compilation (build_policy)
+    if record_config:
+        recorded.write_text(cfg.to_json_best_effort(indent=1))
+    tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
+    heldout = frozenset(heldout_ids(cfg, tasks))
+    policy = build_policy(cfg, workdir, _corpus(tasks))
+    scale.run_memory_plan(cfg, policy.model_config, policy.mesh)
+    db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width))
+    writer = MetricsWriter(workdir)
+    settings = FarmSettings.from_config(cfg.farm)
+    return Run(cfg=cfg, specs=specs, workdir=workdir, policy=policy, tasks=tasks, db=db, writer=writer,
+               farm_factory=lambda: Farm(settings, workdir, task_suite=str(cfg.tasks.suite),
+                                         task_hashes={t.task_id: t.sha256 for t in tasks}),
+               heldout=heldout)
+
+
+def heldout_ids(cfg: Any, tasks: Sequence[TaskInfo]) -> list[str]:
+    """`tasks.heldout` resolved to task ids of the task set (kept out of RL and of SFT's fast
+    programs; evaluated like the others)."""
+    keys = [k.strip() for k in str(cfg.tasks.heldout).split(",") if k.strip()]
+    if not keys:
+        return []
+    try:
+        out = resolve_task_ids(str(cfg.tasks.suite), keys)
+    except Exception as err:  # noqa: BLE001 - an unknown id: say which
+        raise TrainConfigError(f"tasks.heldout: {err}") from None
+    ids = {t.task_id for t in tasks}
+    for k, tid in zip(keys, out, strict=True):
+        if tid not in ids:
+            raise TrainConfigError(f"tasks.heldout: {k} is not in tasks.ids")
+    if len(out) >= len(ids) and "rl" in stage_list(cfg):
+        raise TrainConfigError("tasks.heldout holds every task: RL would have nothing to train on")
+    return out
+
+
+def _corpus(tasks: Sequence[TaskInfo]) -> list[str]:
+    texts = builtin_sources()
+    for t in tasks:
+        texts += [sft_prompt(t.source), contrastive_prompt(t.source, [])]
+    texts += [p.completion for p in task_programs(list(tasks), "cpu", mixture=True)]
+    return texts
+
+
+def farm_device(cfg: Any) -> str:
+    if cfg.farm.endpoints:
+        return "cuda"
+    if cfg.farm.local_device != "auto":
+        return str(cfg.farm.local_device)
+    from learner.rl.farm import host_has_gpu
+
+    return "cuda" if host_has_gpu() else "cpu"
