@@ -27,7 +27,7 @@ export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
       --config configs/gpu_cluster.py
   JAX_PLATFORMS=cpu "$PY" -m learner.runtime.device_memory --model qwen2.5-7b --hardware v5p --devices 4 \
       --config configs/tpu_pod.py
-} 2>&1 | tee "$OUT/memory_plan.txt"
+} 2>&1 | tee "$OUT/device_memory.txt"
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv \
     > "$OUT/gpu.csv" 2>&1 || true
@@ -38,10 +38,10 @@ rc=${PIPESTATUS[0]}
 echo "fused prefill GPU test exit code $?" >> "$OUT/prefill_test.log"
 # Static batches against continuous batching, one RL step's rollouts (docs/benchmarks.md).
 "$PY" -m learner.bench.rollout --suite 1.5b --out "$OUT/rollout.json" > "$OUT/rollout.md" 2>"$OUT/rollout.log" \
-    || echo "bench_rollout exit code $?" >> "$OUT/rollout.md"
+    || echo "learner.bench.rollout exit code $?" >> "$OUT/rollout.md"
 # The same with the decode loop's condition checked every 8 steps (sampling.steps_per_check).
 "$PY" -m learner.bench.rollout --suite 1.5b --steps-per-check 8 --out "$OUT/rollout_check8.json" \
-    > "$OUT/rollout_check8.md" 2>>"$OUT/rollout.log" || echo "bench_rollout exit code $?" >> "$OUT/rollout_check8.md"
+    > "$OUT/rollout_check8.md" 2>>"$OUT/rollout.log" || echo "learner.bench.rollout exit code $?" >> "$OUT/rollout_check8.md"
 # The training step's best setting on an 80 GB card, alone in its process (docs/benchmarks.md).
 "$PY" benchmarks/mfu_sweep.py --variants remat_none_chunk4096 --timeout 150 --out "$OUT/mfu_sweep.jsonl" \
     > "$OUT/mfu_sweep.md" 2>"$OUT/mfu_sweep.log" || echo "mfu_sweep exit code $?" >> "$OUT/mfu_sweep.md"
