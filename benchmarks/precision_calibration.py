@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -99,14 +100,18 @@ def measure(ref_fn, variants, draw, rounds, out_dtype):
     return res
 
 
+def show_row(name, s):
+    u = precision.unit_roundoff(s.dtype)
+    r = f"{s.ratio:.3g}" if s.ratio is not None else "inf"
+    print(f"  {name:<24}{s.ref_error:>11.3g}{s.cand_error:>11.3g}{r:>9}{s.cand_error / u:>9.1f}  "
+          f"{'pass' if s.ok else 'FAIL'}", flush=True)
+
+
 def show(title, res):
     print(f"\n{title}")
     print(f"  {'variant':<24}{'ref err':>11}{'cand err':>11}{'ratio':>9}{'/ulp':>9}  gate")
     for name, s in res.items():
-        u = precision.unit_roundoff(s.dtype)
-        r = f"{s.ratio:.3g}" if s.ratio is not None else "inf"
-        print(f"  {name:<24}{s.ref_error:>11.3g}{s.cand_error:>11.3g}{r:>9}{s.cand_error / u:>9.1f}  "
-              f"{'pass' if s.ok else 'FAIL'}")
+        show_row(name, s)
 
 
 def corpus(device: str, rounds: int, only: str = ""):
@@ -117,9 +122,10 @@ def corpus(device: str, rounds: int, only: str = ""):
     results = {}
     import re
 
-    for h in all_headers():
-        if not h.runs_on(device) or (only and not re.search(only, h.name)):
-            continue
+    kernels = [h for h in all_headers() if h.runs_on(device) and not (only and not re.search(only, h.name))]
+    print(f"\nhonest corpus on {device}: {len(kernels)} kernels (each row printed as it is measured)", flush=True)
+    for n, h in enumerate(kernels, 1):
+        started = time.monotonic()
         task = resolve_task(h.task)
         mod = instantiate_task(task, task.resolve_profile("auto", device))
         init = mod.get_init_inputs()
@@ -164,6 +170,8 @@ def corpus(device: str, rounds: int, only: str = ""):
                                       len(mine), precision.rms([x[3][0] for x in mine]),
                                       precision.rms([x[3][1] for x in mine]))
                 results[f"{h.name}[{i}]{'/widened' if widened else ''}"] = s
+                show_row(f"{h.name}[{i}]{'/widened' if widened else ''}", s)
+        print(f"  ({n}/{len(kernels)} {h.name}: {time.monotonic() - started:.1f} s)", flush=True)
     show(f"honest corpus on {device}", results)
     return results
 
