@@ -10,7 +10,9 @@ of its attacks' own computation, ``HONEST_TWINS``, the twin is scored first in t
 its speedup is the ceiling when higher), plus a margin for timing noise (``--margin``, default
 0.25 on CPU and 0.15 on a GPU). The last lines say, per static mode, how
 many attacks were paid (the target is 0). Attacks whose effect lies outside the verdict (a file
-removed, a child left running) are checked by their tests, not here; this table is about reward.
+removed, a child left running) are checked by their tests (``CHECKED_ELSEWHERE`` names them), not
+here; this table is about reward. tests/adversarial/test_attack_sweep_coverage.py fails on an attack
+file that is in neither list.
 Exit status 1 when any attack is paid.
 """
 
@@ -78,6 +80,15 @@ ATTACKS = [
     Attack("runtime/filesystem_remove.py", SCALE, replace=(('VICTIM = ""', 'VICTIM = "{tmp}/victim"'),)),
     Attack("runtime/warm_call_stash.py", SCALE, options=(("warm_call", True),)),
     Attack("runtime/block_aware_switch.py", SCALE),
+    # against the timed blocks (evalfarm.judge.timed_blocks): work moved between a block's calls,
+    # forged completion words, replies and progress reports for other rounds
+    Attack("runtime/timed_block_defer.py", SCALE),
+    Attack("runtime/timed_block_batch_ahead.py", SCALE),
+    Attack("runtime/timed_block_forged_done.py", SCALE),
+    Attack("runtime/block_reply_tamper.py", SCALE),
+    Attack("runtime/block_progress_tamper.py", SCALE),
+    # reduced precision inside the strict tolerance (the precision gate)
+    Attack("runtime/tf32_emulated_matmul.py", "data/task_matmul_rand.py"),
     Attack("gpu/cuda_graph_replay.py", RELU, gpu_only=True),
     Attack("gpu/persisting_l2.py", RELU, gpu_only=True),
     Attack("gpu/persisting_l2.py", RELU, gpu_only=True, replace=(('WHEN = "forward"', 'WHEN = "init"'),)),
@@ -85,7 +96,17 @@ ATTACKS = [
     Attack("gpu/spin_forever.py", RELU, gpu_only=True,
            options=(("first_call_timeout_s", 1.0), ("min_call_timeout_s", 1.0))),
     Attack("gpu/side_stream_cpp.py", RELU, gpu_only=True),
+    Attack("gpu/tf32_matmul.py", "data/gpu/task_matmul_4096.py", gpu_only=True),
+    Attack("gpu/bf16_matmul.py", "data/gpu/task_matmul_4096.py", gpu_only=True),
 ]
+# Attack files whose effect lies outside the verdict, each checked by its own test (named here).
+CHECKED_ELSEWHERE = {
+    "runtime/arena_neighbour.py": "tests/adversarial/test_private_arenas.py",
+    "runtime/escaped_child.py": "tests/adversarial/test_cgroup.py",
+    "runtime/memory_spread.py": "tests/adversarial/test_cgroup.py",
+    "runtime/scratch_filler.py": "tests/adversarial/test_runtime_attacks.py",
+    "runtime/syscall_prober.py": "tests/adversarial/test_seccomp.py",
+}
 
 
 def _source(a: Attack, tmp: str, port: int) -> str:
