@@ -30,7 +30,7 @@ from evalfarm.devices import build_arch
 from evalfarm.eval_budget import RunBudget, WallBudget, overrun_detail, run_budget
 from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking
 from evalfarm.guards.bounded import StaticAnalysisUnavailable, check_candidate_source
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.diagnose import Diagnostics
 from evalfarm.judge.standby import JudgeProcess, WarmJudges
 from evalfarm.judge.task_facts import TaskFacts, task_key
@@ -298,7 +298,7 @@ class Evaluation:
         conn = judge.conn
         facts_key = task_key(task.source, task.size_profiles, cfg.size_profile, cfg.device)
         try:
-            wire.send_json(conn, {
+            framing.send_json(conn, {
                 "config": cfg.to_dict(), "task_name": task.name, "task_source": task.source,
                 "size_profiles": task.size_profiles, "candidate_source": self.candidate.source,
                 "cache_dir": str(self.pool.cache_dir), "arch": arch,
@@ -312,13 +312,13 @@ class Evaluation:
         budget = WallBudget(allowed.seconds)
         while True:
             try:
-                msg = wire.recv_json(conn, budget.left())
+                msg = framing.recv_json(conn, budget.left())
             except TimeoutError:
                 # The judge bounds every step it waits on; what is left to run past the run's
                 # wall budget (or the evaluation's deadline) is the candidate's own slowness:
                 # charged to it (evalfarm.eval_budget).
                 return ScoreResult.failure(Verdict.TIMEOUT, overrun_detail(cfg, allowed, self.deadline_s))
-            except wire.PeerClosed:
+            except framing.PeerClosed:
                 code = judge.proc.poll()
                 return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended (code {code})")
             with self._lock:
@@ -344,9 +344,9 @@ class Evaluation:
                 try:
                     if (self.judges is not None and self.judges.hold_rounds
                             and not self.judges.wait_ready(cfg.device, 0)):
-                        wire.send_json(conn, {"op": "hold"})
+                        framing.send_json(conn, {"op": "hold"})
                         self.judges.wait_ready(cfg.device, STANDBY_HOLD_S, lambda: self._cancelled)
-                    wire.send_json(conn, {"op": "go"})
+                    framing.send_json(conn, {"op": "go"})
                 except OSError:
                     pass  # the judge is gone: the next receive says so
                 continue

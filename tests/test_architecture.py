@@ -65,7 +65,7 @@ RULES = {
     "the sandbox knows nothing of the judge": (SANDBOX, ("evalfarm.judge", "evalfarm.scoring"), ()),
     "the guards use only the judge's wire frames": (
         ("evalfarm.guards",), ("evalfarm.judge", "evalfarm.server", "evalfarm.client", "evalfarm.scoring"),
-        ("evalfarm.judge.wire",)),
+        ("evalfarm.judge.framing",)),
     # the learner's packages (docs/architecture.md, "The learner's packages")
     "the model stack knows nothing of the trainer": (("learner.lm",), ("learner",), ("learner.lm",)),
     "the runtime knows nothing of RL, the stages, reports or benchmarks": (

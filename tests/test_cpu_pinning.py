@@ -8,7 +8,7 @@ import pytest
 
 from evalfarm.judge import cpu_pinning
 from evalfarm.judge.worker import REFERENCE
-from evalfarm.judge.workers import WorkerHandle
+from evalfarm.judge.worker_processes import WorkerHandle
 
 
 def test_each_process_of_a_gpu_evaluation_gets_a_core_of_its_own(monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 from traced_scoring import traced_score
 
 from evalfarm import ScoreConfig, Verdict
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.exchange import (
     DEFAULT_JUDGE_SPIN_US,
     GO_FIRST_ENV,
@@ -171,7 +171,7 @@ def pair():
 def _send_later(peer: Connection, delay_s: float, msg: dict) -> threading.Thread:
     def run() -> None:
         time.sleep(delay_s)
-        wire.send_json(peer, msg)
+        framing.send_json(peer, msg)
 
     t = threading.Thread(target=run)
     t.start()
@@ -181,7 +181,7 @@ def _send_later(peer: Connection, delay_s: float, msg: dict) -> threading.Thread
 def test_a_reply_within_the_spin_is_read(pair):
     conn, peer = pair
     t = _send_later(peer, 0.01, {"op": "round", "r": 1})
-    assert wire.recv_json(conn, 5.0, spin_s=1.0) == {"op": "round", "r": 1}
+    assert framing.recv_json(conn, 5.0, spin_s=1.0) == {"op": "round", "r": 1}
     t.join()
 
 
@@ -189,7 +189,7 @@ def test_a_reply_after_the_spin_is_read_by_the_blocking_wait(pair):
     conn, peer = pair
     t = _send_later(peer, 0.2, {"op": "round", "r": 2})
     start = time.monotonic()
-    assert wire.recv_json(conn, 5.0, spin_s=0.01) == {"op": "round", "r": 2}
+    assert framing.recv_json(conn, 5.0, spin_s=0.01) == {"op": "round", "r": 2}
     assert time.monotonic() - start >= 0.15
     t.join()
 
@@ -200,7 +200,7 @@ def test_no_reply_times_out_at_the_timeout_whatever_the_spin(pair, spin_s):
     conn, _ = pair
     start = time.monotonic()
     with pytest.raises(TimeoutError):
-        wire.recv_json(conn, 0.2, spin_s=spin_s)
+        framing.recv_json(conn, 0.2, spin_s=spin_s)
     assert 0.15 <= time.monotonic() - start < 2.5  # far below the 5 s spin (room for a loaded machine)
 
 

@@ -6,12 +6,12 @@ import subprocess
 import sys
 import time
 
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.standby import JudgeProcess
 
 
 def test_the_launcher_and_the_worker_starter_import_no_torch():
-    code = ("import sys; import evalfarm.judge.launch, evalfarm.judge.workers, evalfarm.judge.roles; "
+    code = ("import sys; import evalfarm.judge.launch, evalfarm.judge.worker_processes, evalfarm.judge.roles; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -27,7 +27,7 @@ def test_workers_are_started_before_the_judge_has_imported_itself():
         while ready is None and time.monotonic() < deadline:
             if not judge.conn.poll(0.05):
                 continue
-            msg = wire.recv_json(judge.conn, 0)
+            msg = framing.recv_json(judge.conn, 0)
             if msg.get("op") == "worker":
                 worker_seen.append(time.monotonic())
             elif msg.get("op") == "standby_ready":

@@ -173,7 +173,7 @@ def test_a_standby_announces_ready_before_its_host_warm_up_and_still_takes_the_r
     # uses the host (the meta kernels' import) must come after it, not hold that evaluation.
     from multiprocessing import Pipe
 
-    from evalfarm.judge import wire
+    from evalfarm.judge import framing
     from evalfarm.judge.serve import wait_for_request
 
     judge_end, owner_end = Pipe()
@@ -182,9 +182,9 @@ def test_a_standby_announces_ready_before_its_host_warm_up_and_still_takes_the_r
     def warm_up() -> None:
         # By now the owner can read the announcement, and no request has been read yet.
         assert owner_end.poll(5)
-        order.append(wire.recv_json(owner_end, 5)["op"])
+        order.append(framing.recv_json(owner_end, 5)["op"])
         order.append("warm-up")
-        wire.send_json(owner_end, {"op": "score", "n": 7})
+        framing.send_json(owner_end, {"op": "score", "n": 7})
 
     request = wait_for_request(judge_end, None, 10, warm_up)
     assert order == ["standby_ready", "warm-up"]
@@ -226,31 +226,31 @@ def test_warm_host_is_a_no_op_off_the_gpu_runs_beside_the_request_and_survives_a
 def test_rounds_hold_counts_from_the_owners_go_and_never_waits_past_its_bound(monkeypatch):
     from multiprocessing import Pipe
 
+    from evalfarm.judge import framing
     from evalfarm.judge import serve as serve_mod
-    from evalfarm.judge import wire
     from evalfarm.judge.serve import RoundsHold
 
     # Nothing starting up: the owner's immediate answer is go.
     judge_end, owner_end = Pipe()
-    wire.send_json(owner_end, {"op": "go"})
+    framing.send_json(owner_end, {"op": "go"})
     hold = RoundsHold(judge_end)
     hold.ask()
-    assert wire.recv_json(owner_end, 1) == {"op": "before_rounds"}
+    assert framing.recv_json(owner_end, 1) == {"op": "before_rounds"}
     assert hold.released()
 
     # A standby starting up: "hold" first, rounds go on, times count from the later go.
     judge_end, owner_end = Pipe()
-    wire.send_json(owner_end, {"op": "hold"})
+    framing.send_json(owner_end, {"op": "hold"})
     hold = RoundsHold(judge_end)
     hold.ask()
     assert not hold.released() and not hold.released()
-    wire.send_json(owner_end, {"op": "go"})
+    framing.send_json(owner_end, {"op": "go"})
     assert hold.released()
 
     # An owner that never says go: the judge waits at most BEFORE_ROUNDS_TIMEOUT_S, then goes on.
     monkeypatch.setattr(serve_mod, "BEFORE_ROUNDS_TIMEOUT_S", 0.3)
     judge_end, owner_end = Pipe()
-    wire.send_json(owner_end, {"op": "hold"})
+    framing.send_json(owner_end, {"op": "hold"})
     hold = RoundsHold(judge_end)
     hold.ask()
     assert not hold.released()
@@ -260,8 +260,8 @@ def test_rounds_hold_counts_from_the_owners_go_and_never_waits_past_its_bound(mo
 
     # Anything else is a protocol error, not a silent go.
     judge_end, owner_end = Pipe()
-    wire.send_json(owner_end, {"op": "result"})
-    with pytest.raises(wire.ProtocolError):
+    framing.send_json(owner_end, {"op": "result"})
+    with pytest.raises(framing.ProtocolError):
         RoundsHold(judge_end).ask()
 
 

@@ -22,7 +22,7 @@ import threading
 import time
 
 from evalfarm import ScoreConfig
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.standby import JudgeProcess
 from evalfarm.scoring import as_candidate, as_task, score
 from evalfarm.tasks.suite import builtin_suite
@@ -45,7 +45,7 @@ class StartUps(threading.Thread):
                 deadline = time.monotonic() + 60
                 while not judge.ready and time.monotonic() < deadline and not self.halt.is_set():
                     if judge.conn.poll(0.05):
-                        judge.note_message(wire.recv_json(judge.conn, 0))
+                        judge.note_message(framing.recv_json(judge.conn, 0))
             finally:
                 judge.close()
             self.halt.wait(self.every_s)

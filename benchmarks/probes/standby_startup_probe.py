@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.standby import JudgeProcess
 
 
@@ -24,7 +24,7 @@ def main() -> None:
             deadline = time.monotonic() + 90
             while not judge.ready and time.monotonic() < deadline:
                 if judge.conn.poll(0.05):
-                    judge.note_message(wire.recv_json(judge.conn, 0))
+                    judge.note_message(framing.recv_json(judge.conn, 0))
             t = time.monotonic()
             judge.close()
             print(f"start {i + 1}: {judge.startup or 'not ready in 90 s'}; killed in {time.monotonic() - t:.2f} s")

@@ -39,7 +39,7 @@ from typing import Any
 
 from evalfarm.guards.findings import CandidateSyntaxError, Finding
 from evalfarm.guards.policy import GuardPolicy
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.sandbox.procfs import stat_fields
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class _Child:
     """One analysis process and our end of its channel."""
 
     def __init__(self, memory_bytes: int) -> None:
-        self.conn, theirs = wire.channel_pair()
+        self.conn, theirs = framing.channel_pair()
         fd = theirs.fileno()
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
         env.update(PYTHONPATH=_project_root(), PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
@@ -75,8 +75,8 @@ class _Child:
             stderr=subprocess.DEVNULL, cwd="/")
         theirs.close()
         try:
-            hello = wire.recv_json(self.conn, START_TIMEOUT_S)
-        except (TimeoutError, wire.PeerClosed, wire.ProtocolError) as err:
+            hello = framing.recv_json(self.conn, START_TIMEOUT_S)
+        except (TimeoutError, framing.PeerClosed, framing.ProtocolError) as err:
             self.kill()
             raise StaticAnalysisUnavailable(f"the static analysis process did not start: {type(err).__name__}") from None
         if hello.get("op") != "ready":
@@ -140,9 +140,9 @@ class StaticCheckPool:
     def _ask(self, child: _Child, request: dict[str, Any], source: bytes) -> dict[str, Any]:
         cpu0, t0 = child.cpu_seconds(), time.monotonic()
         try:
-            wire.send_json(child.conn, request)
+            framing.send_json(child.conn, request)
             child.conn.send_bytes(source)  # raw: a 50 MB source needs no JSON escaping
-            reply = wire.recv_json(child.conn, self.timeout_s)
+            reply = framing.recv_json(child.conn, self.timeout_s)
         except TimeoutError:
             cpu = child.cpu_seconds() - cpu0
             if cpu < MIN_CPU_SHARE * self.timeout_s:
@@ -153,7 +153,7 @@ class StaticCheckPool:
                 f"static analysis of the candidate did not finish within its bound of {self.timeout_s:g} s "
                 f"({time.monotonic() - t0:.1f} s, {cpu:.1f} s of CPU); a source this large or this deeply "
                 "nested is not accepted") from None
-        except (wire.PeerClosed, OSError):
+        except (framing.PeerClosed, OSError):
             code = child.proc.poll()
             if code is None:
                 try:
@@ -164,7 +164,7 @@ class StaticCheckPool:
             raise CandidateSyntaxError(
                 f"static analysis of the candidate ran out of its {self.memory_bytes >> 20} MiB memory bound or "
                 f"crashed ({why}); a source this large or this deeply nested is not accepted") from None
-        except wire.ProtocolError as err:
+        except framing.ProtocolError as err:
             raise StaticAnalysisUnavailable(f"the static analysis process sent a bad reply: {err}") from None
         if "findings" not in reply and "syntax_error" not in reply:
             raise StaticAnalysisUnavailable(f"the static analysis process failed: {str(reply.get('error'))[:2000]}")
@@ -280,12 +280,12 @@ def _serve(fd: int, memory_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     conn = Connection(fd)
-    wire.send_json(conn, {"op": "ready"})
+    framing.send_json(conn, {"op": "ready"})
     while True:
         try:
-            msg = wire.recv_json(conn, None)
+            msg = framing.recv_json(conn, None)
             source = conn.recv_bytes().decode("utf-8", "surrogatepass")  # from the trusted parent: no bound
-        except (wire.PeerClosed, wire.ProtocolError, EOFError, OSError):
+        except (framing.PeerClosed, framing.ProtocolError, EOFError, OSError):
             return
         _cpu_bound(2 * float(msg.get("timeout_s", DEFAULT_TIMEOUT_S)) + 5)
         try:
@@ -301,7 +301,7 @@ def _serve(fd: int, memory_bytes: int) -> None:
         except Exception as err:  # noqa: BLE001 - reported to the parent as the farm's fault
             reply = {"error": f"{type(err).__name__}: {err}"}
         try:
-            wire.send_json(conn, reply)
+            framing.send_json(conn, reply)
         except (OSError, MemoryError):
             return
         del msg, reply, source

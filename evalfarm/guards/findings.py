@@ -13,7 +13,7 @@ __all__ = ["CandidateSyntaxError", "Finding", "blocking"]
 class Finding:
     """One piece of static evidence.
 
-    ``guard`` is the stable rule id (see :data:`evalfarm.guards.roles.ROLES`), ``reason`` a
+    ``guard`` is the stable rule id (see :data:`evalfarm.guards.rule_roles.ROLES`), ``reason`` a
     human-readable sentence that starts with ``line N:`` when the line is known, and
     ``blocking`` whether this finding alone decides HACK_DETECTED under the policy the check
     ran with (its rule's role is ``blocks``, or ``policy`` and the policy forbids it).

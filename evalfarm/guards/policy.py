@@ -1,5 +1,5 @@
 """Which optional behaviours a candidate may use. Rules whose role is ``blocks`` (see
-:mod:`evalfarm.guards.roles`) reject under every policy; ``testifies`` rules never do.
+:mod:`evalfarm.guards.rule_roles`) reject under every policy; ``testifies`` rules never do.
 
 Named policies (``GuardPolicy.from_name``):
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-from evalfarm.guards.roles import BLOCKS, POLICY, role_of
+from evalfarm.guards.rule_roles import BLOCKS, POLICY, role_of
 
 __all__ = ["DEFAULT_POLICY", "GuardPolicy"]
 

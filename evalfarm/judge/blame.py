@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from evalfarm import sandbox
 from evalfarm.infra_cause import InfraCause
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.quiet import QUIET_WAIT_S
 from evalfarm.judge.roles import REFERENCE
-from evalfarm.judge.workers import WorkerHandle
+from evalfarm.judge.worker_processes import WorkerHandle
 from evalfarm.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def worker_error_verdict(msg: dict[str, Any], role: str) -> tuple[Verdict, str]:
 def receive_failure(worker: WorkerHandle, err: Exception, what: str, timeout: float,
                     device_type: str) -> Verdicted:
     """A message ``worker`` did not send within ``timeout`` s while ``what`` (its process group is
-    killed), a worker that ended, or a bad message (``wire.ProtocolError``), as its verdict."""
+    killed), a worker that ended, or a bad message (``framing.ProtocolError``), as its verdict."""
     trusted = worker.role == REFERENCE
     if isinstance(err, TimeoutError):
         sandbox.kill_group(worker.proc)
@@ -68,7 +68,7 @@ def receive_failure(worker: WorkerHandle, err: Exception, what: str, timeout: fl
             return Verdicted(Verdict.INFRA_ERROR, f"the reference worker did not finish {what} within "
                              f"{timeout:.3g} s")
         return Verdicted(Verdict.TIMEOUT, f"the candidate did not finish {what} within {timeout:.3g} s")
-    if isinstance(err, wire.PeerClosed):
+    if isinstance(err, framing.PeerClosed):
         desc = worker.exit_description()
         oom = worker.oom_note()
         if oom:
@@ -93,7 +93,7 @@ def blame_busy_gpu(link: Link, waited_s: float) -> Verdicted:
     if link.cand.cgroup is not None:
         link.cand.cgroup.kill()
     link.resume(REFERENCE)
-    wire.send_json(link.ref.conn, {"op": "quiet"})
+    framing.send_json(link.ref.conn, {"op": "quiet"})
     reply = link.recv(link.ref, QUIET_WAIT_S + 30.0, "checking the GPU again after the candidate was killed")
     if reply.get("op") != "quiet":
         raise Verdicted(*worker_error_verdict(reply, link.ref.role))

@@ -28,7 +28,7 @@ from evalfarm.judge.lone_calls import WARM_NOTE
 from evalfarm.judge.samples import RoundCounts, Samples
 from evalfarm.judge.setup import cuda_identity
 from evalfarm.judge.timed_blocks import TIMED_BLOCK_NOTE
-from evalfarm.judge.workers import _visible
+from evalfarm.judge.worker_processes import _visible
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
 from evalfarm.timing import BucketStats
 from evalfarm.verdict import Verdict

@@ -30,14 +30,14 @@ from typing import Any
 
 import torch
 
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.arena import Arena
 from evalfarm.judge.blame import Verdicted, blame_busy_gpu, receive_failure, worker_error_verdict
 from evalfarm.judge.quiet import QuietProbe
 from evalfarm.judge.roles import REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
 from evalfarm.judge.rounds import RoundPlan, int_field, write_inputs
-from evalfarm.judge.workers import WorkerHandle
+from evalfarm.judge.worker_processes import WorkerHandle
 
 # Preparation ahead: a worker prepares its next call (poisoning, L2 reset, synchronisation) right
 # after replying for the last one, and the judge sends a lone call's round with "go", with no
@@ -156,8 +156,8 @@ class Link:
     def recv(self, worker: WorkerHandle, timeout: float, what: str, spin: bool = False) -> dict[str, Any]:
         """One message from ``worker`` within ``timeout`` s (``spin``: the judge's spin first, JUDGE_SPIN_ENV)."""
         try:
-            return wire.recv_json(worker.conn, timeout, self.spin_s if spin else 0.0)
-        except (TimeoutError, wire.PeerClosed, wire.ProtocolError) as err:
+            return framing.recv_json(worker.conn, timeout, self.spin_s if spin else 0.0)
+        except (TimeoutError, framing.PeerClosed, framing.ProtocolError) as err:
             raise receive_failure(worker, err, what, timeout, self.device.type) from None
 
     def exchange(self, role: str, prepare: dict[str, Any], plans: list[RoundPlan], what: str,
@@ -193,7 +193,7 @@ class Link:
             t0 = stamps["start"] = time.perf_counter()
             if not ahead:
                 self.resume(role)
-                wire.send_json(worker.conn, prepare)
+                framing.send_json(worker.conn, prepare)
                 if prepare.get("warm"):
                     msg = self.recv(worker, limit, f"the untimed warm call before {preparing or what}")
                     stamps["warmed"] = time.perf_counter()
@@ -221,13 +221,13 @@ class Link:
                 # the signal's system call returns): "resumed" marks where the write step ends.
                 stamps["resumed"] = time.perf_counter()
                 sent = time.perf_counter_ns()
-                wire.send_json(worker.conn, go)
+                framing.send_json(worker.conn, go)
                 self.resume(role)
             else:
                 self.resume(role)
                 stamps["resumed"] = time.perf_counter()
                 sent = time.perf_counter_ns()
-                wire.send_json(worker.conn, go)
+                framing.send_json(worker.conn, go)
             phases["rounds_write"] += stamps["resumed"] - t1
             res: dict[str, Any] | None = None
             for r, call_what in progress or ():

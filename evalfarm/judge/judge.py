@@ -41,10 +41,10 @@ from evalfarm.judge import (
     evidence,
     extension_facts,
     floor,
+    framing,
     gpu_lease,
     precision,
     roofline,
-    wire,
 )
 from evalfarm.judge.arena import Arena
 from evalfarm.judge.audits import AuditSchedule, RoundAudit
@@ -75,7 +75,7 @@ from evalfarm.judge.setup import (
 )
 from evalfarm.judge.state import set_clean_state
 from evalfarm.judge.timed_blocks import WARMUP_CALLS, TimedPair
-from evalfarm.judge.workers import StartedWorkers, _visible, start_workers
+from evalfarm.judge.worker_processes import StartedWorkers, _visible, start_workers
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
 from evalfarm.sandbox import bubblewrap, lifetime
 from evalfarm.tasks.format import Task
@@ -269,9 +269,9 @@ class Judge:
         cores = worker_cpu_cores(num_threads)
         cgroup_notes = sorted({w.limit_cgroup(cfg.memory_limit_bytes, cores) for w in (link.ref, link.cand)})
         # Both load at once; the reference worker takes its quiet-GPU baseline before building the task.
-        wire.send_pickle(link.ref.conn, reference_load(common, self.task, profile, memory,
+        framing.send_pickle(link.ref.conn, reference_load(common, self.task, profile, memory,
                                                        self.switches.reference_poison))
-        wire.send_pickle(link.cand.conn, candidate_load(common, ref, memory, self.candidate))
+        framing.send_pickle(link.cand.conn, candidate_load(common, ref, memory, self.candidate))
         ready = link.recv(link.ref, cfg.load_timeout_s, "loading the reference")
         if ready.get("op") != "ready":
             raise_worker_error(ready, link.ref)
@@ -359,9 +359,9 @@ class Judge:
         os.chmod(worker_dir, 0o777)  # the worker may run as an unprivileged uid
         self.link.resume(CANDIDATE)
         try:
-            wire.send_json(self.link.cand.conn, {"op": "profile", "in": spec, "dir": worker_dir})
-            msg = wire.recv_json(self.link.cand.conn, PROFILE_TIMEOUT_S + self.bounds.call_limit_s())
-        except (TimeoutError, OSError, wire.PeerClosed, wire.ProtocolError) as err:
+            framing.send_json(self.link.cand.conn, {"op": "profile", "in": spec, "dir": worker_dir})
+            msg = framing.recv_json(self.link.cand.conn, PROFILE_TIMEOUT_S + self.bounds.call_limit_s())
+        except (TimeoutError, OSError, framing.PeerClosed, framing.ProtocolError) as err:
             msg = {"op": "profile_failed", "detail": f"the candidate worker did not answer: {type(err).__name__}"}
         finally:
             self.link.stop(CANDIDATE)
@@ -389,9 +389,9 @@ class Judge:
         torch.cuda.synchronize(self.device)
         self.link.resume(CANDIDATE)
         try:
-            wire.send_json(self.link.cand.conn, {"op": "kernels", "in": spec})
-            reply = wire.recv_json(self.link.cand.conn, PROFILE_TIMEOUT_S + self.bounds.call_limit_s())
-        except (TimeoutError, OSError, wire.PeerClosed, wire.ProtocolError) as err:
+            framing.send_json(self.link.cand.conn, {"op": "kernels", "in": spec})
+            reply = framing.recv_json(self.link.cand.conn, PROFILE_TIMEOUT_S + self.bounds.call_limit_s())
+        except (TimeoutError, OSError, framing.PeerClosed, framing.ProtocolError) as err:
             reply = {"op": "kernels_failed", "detail": f"the candidate worker did not answer: {type(err).__name__}"}
         finally:
             self.link.stop(CANDIDATE)

@@ -21,8 +21,8 @@ from typing import Any
 def main(argv: list[str] | None = None) -> None:
     from multiprocessing.connection import Connection
 
-    from evalfarm.judge import cpu_pinning, wire
-    from evalfarm.judge.workers import StartedWorkers, start_workers
+    from evalfarm.judge import cpu_pinning, framing
+    from evalfarm.judge.worker_processes import StartedWorkers, start_workers
     from evalfarm.sandbox import bubblewrap, confine
 
     logging.basicConfig(level=os.environ.get("EVALFARM_LOG_LEVEL", "WARNING"))
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     conn = Connection(args.fd)
 
     def report_pgid(pgid: int) -> None:
-        wire.send_json(conn, {"op": "worker", "pgid": pgid})
+        framing.send_json(conn, {"op": "worker", "pgid": pgid})
 
     # Everything that does not depend on the evaluation happens before its request arrives; the
     # workers first, so they start up while this process imports the judge.

@@ -1,5 +1,5 @@
 """Unnamed shared-memory files for a worker's arenas and staging area (no torch here: the judge's
-launcher makes them before it imports torch; evalfarm.judge.workers)."""
+launcher makes them before it imports torch; evalfarm.judge.worker_processes)."""
 
 from __future__ import annotations
 

@@ -23,10 +23,10 @@ from typing import Any
 import torch
 
 from evalfarm import sandbox
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.judge import Judge
 from evalfarm.judge.memory_plan import warm_meta
-from evalfarm.judge.workers import StartedWorkers
+from evalfarm.judge.worker_processes import StartedWorkers
 from evalfarm.result import ScoreResult
 from evalfarm.sandbox import lifetime
 from evalfarm.verdict import Verdict
@@ -67,7 +67,7 @@ class RoundsHold:
         self._go = False
 
     def ask(self) -> None:
-        wire.send_json(self._conn, {"op": "before_rounds"})
+        framing.send_json(self._conn, {"op": "before_rounds"})
         self._asked_at = time.monotonic()
         self._receive(BEFORE_ROUNDS_TIMEOUT_S)  # "go" or "hold", at once
 
@@ -83,11 +83,11 @@ class RoundsHold:
 
     def _receive(self, timeout_s: float) -> None:
         try:
-            reply = wire.recv_json(self._conn, timeout_s)
+            reply = framing.recv_json(self._conn, timeout_s)
         except TimeoutError:
             return
         if reply.get("op") not in ("go", "hold"):
-            raise wire.ProtocolError(f"expected go or hold, got {str(reply.get('op'))[:40]!r}")
+            raise framing.ProtocolError(f"expected go or hold, got {str(reply.get('op'))[:40]!r}")
         self._go = reply["op"] == "go"
 
 
@@ -149,7 +149,7 @@ def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float
         waiting = [w.conn for w in workers if not w.started_seen]
         if not waiting and not announced:
             # When (CLOCK_MONOTONIC is one clock for the host): the owner's start-up figures.
-            wire.send_json(conn, {"op": "standby_ready", "at": time.monotonic(), "main_at": MAIN_AT[0]})
+            framing.send_json(conn, {"op": "standby_ready", "at": time.monotonic(), "main_at": MAIN_AT[0]})
             announced = True
             if after_ready is not None:
                 after_ready()
@@ -159,12 +159,12 @@ def wait_for_request(conn: Any, started: StartedWorkers | None, timeout_s: float
         for ready in wait([conn, *waiting], left):
             if ready is conn:
                 try:
-                    return wire.recv_json(conn, 0)
-                except (wire.PeerClosed, wire.ProtocolError, TimeoutError):
+                    return framing.recv_json(conn, 0)
+                except (framing.PeerClosed, framing.ProtocolError, TimeoutError):
                     return None
             try:
-                by_conn[ready].note_started(wire.recv_json(ready, 0))
-            except (wire.PeerClosed, wire.ProtocolError, TimeoutError):
+                by_conn[ready].note_started(framing.recv_json(ready, 0))
+            except (framing.PeerClosed, framing.ProtocolError, TimeoutError):
                 return None  # a worker died before any evaluation: this judge is of no use
 
 
@@ -203,12 +203,12 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
         return
 
     try:
-        judge = Judge(request, report_pgid, started, RoundsHold(conn), lambda msg: wire.send_json(conn, msg))
+        judge = Judge(request, report_pgid, started, RoundsHold(conn), lambda msg: framing.send_json(conn, msg))
         result = profiled(judge.run, os.environ.get(JUDGE_CPROFILE_ENV, ""))
     except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
         result = ScoreResult.failure(Verdict.INFRA_ERROR, "judge failed:\n" + traceback.format_exc()[-4000:])
     result.evidence.isolation = [*result.evidence.isolation, *hardening]
-    wire.send_json(conn, {"op": "result", "result": result.to_dict()})
+    framing.send_json(conn, {"op": "result", "result": result.to_dict()})
     conn.close()
     # Everything is done (workers reaped, lease released, files wiped, result sent): leave without
     # the interpreter's teardown. Its C++ destructors would print, for every CUDA arena a killed

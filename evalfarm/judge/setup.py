@@ -30,7 +30,7 @@ from evalfarm.compare import flatten_output
 from evalfarm.config import ScoreConfig
 from evalfarm.devices import DramPeak, dram_peak
 from evalfarm.infra_cause import InfraCause
-from evalfarm.judge import gpu_lease, precision, roofline, wire
+from evalfarm.judge import framing, gpu_lease, precision, roofline
 from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.blame import Verdicted
 from evalfarm.judge.correctness import MIN_BLOCK_ROUNDS
@@ -42,7 +42,7 @@ from evalfarm.judge.staging import JudgeStaging, StagingLayout
 from evalfarm.judge.task_facts import valid_footprint
 from evalfarm.judge.timed_blocks import MIN_BLOCK_CALLS, STAGING_MAX_BYTES
 from evalfarm.judge.worker import data_span, overlaps, storage_span
-from evalfarm.judge.workers import WorkerHandle
+from evalfarm.judge.worker_processes import WorkerHandle
 from evalfarm.result import Evidence
 from evalfarm.tasks.format import Task, instantiate_task
 from evalfarm.tasks.lint import degenerate_reason
@@ -246,8 +246,8 @@ def await_started(worker: WorkerHandle, timeout_s: float) -> None:
     if worker.started_seen:
         return
     try:
-        worker.note_started(wire.recv_json(worker.conn, timeout_s))
-    except (TimeoutError, wire.PeerClosed, wire.ProtocolError) as err:
+        worker.note_started(framing.recv_json(worker.conn, timeout_s))
+    except (TimeoutError, framing.PeerClosed, framing.ProtocolError) as err:
         raise Verdicted(Verdict.INFRA_ERROR, f"the {worker.role} worker did not start ({type(err).__name__}): "
                         f"{worker.exit_description()}\n{worker.stderr_tail()}") from None
 
@@ -382,7 +382,7 @@ class Candidate:
 
     def staged_cache(self) -> str:
         """The extensions the build pool installed for this candidate, copied out of the cache into
-        the directory its worker sees read-only (evalfarm.judge.workers): the worker's sandbox never
+        the directory its worker sees read-only (evalfarm.judge.worker_processes): the worker's sandbox never
         shows the cache itself, where every other candidate's builds are."""
         from evalfarm.build.cache import ExtensionCache
 

@@ -26,7 +26,7 @@ from collections import deque
 from typing import Any
 
 from evalfarm import sandbox
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.task_facts import TaskFacts
 from evalfarm.sandbox import lifetime
 
@@ -60,7 +60,7 @@ class JudgeProcess:
         tmp = tempfile.mkdtemp(prefix="judge-", dir=self.run_dir.path)
         os.chmod(tmp, 0o711)
         env = sandbox.judge_env(tmp, {**self.run_dir.env(), "EVALFARM_PARENT_PID": str(os.getpid())})
-        self.conn, child_sock = wire.channel_pair()
+        self.conn, child_sock = framing.channel_pair()
         fd = child_sock.fileno()
         try:
             self.proc = subprocess.Popen(
@@ -103,8 +103,8 @@ class JudgeProcess:
         """Read the worker reports already sent (never blocks)."""
         try:
             while self.conn.poll(0):
-                self.note_message(wire.recv_json(self.conn, 0))
-        except (OSError, EOFError, TimeoutError, wire.ProtocolError):
+                self.note_message(framing.recv_json(self.conn, 0))
+        except (OSError, EOFError, TimeoutError, framing.ProtocolError):
             pass
 
     def kill(self) -> None:

@@ -51,14 +51,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from evalfarm import sandbox
-from evalfarm.judge import wire
+from evalfarm.judge import framing
 from evalfarm.judge.blame import Verdicted, check_contained
 from evalfarm.judge.bounds import Bounds
+from evalfarm.judge.framing import ProtocolError
 from evalfarm.judge.lone_calls import CallFailure
 from evalfarm.judge.roles import CANDIDATE, REFERENCE
 from evalfarm.judge.rounds import RoundPlan, block_messages, block_results
 from evalfarm.judge.staging import JudgeStaging, StagingLayout, wait_for
-from evalfarm.judge.wire import ProtocolError
 from evalfarm.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -245,11 +245,11 @@ class TimedPair:
         try:
             link.resume(role)
             sent = time.perf_counter()
-            wire.send_json(worker.conn, message)
+            framing.send_json(worker.conn, message)
             signals: WordSignals | MessageSignals = (
                 WordSignals(self.staging[role], lambda: worker.conn.poll(0), link.spin_s or 50e-6)
                 if link.device.type == "cuda" else
-                MessageSignals(lambda m: wire.send_json(worker.conn, m), lambda t: wire.recv_json(worker.conn, t)))
+                MessageSignals(lambda m: framing.send_json(worker.conn, m), lambda t: framing.recv_json(worker.conn, t)))
             released = release_calls(self.staging[role], self.layout, staged, seq0, lambda k: bound, signals)
             if released.outcome == "timeout":
                 r = rounds[released.stuck]

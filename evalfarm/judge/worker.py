@@ -151,9 +151,9 @@ class Worker:
     def __init__(self, fd: int, isolation: list[str] | None = None) -> None:
         from multiprocessing.connection import Connection
 
-        from evalfarm.judge import wire
+        from evalfarm.judge import framing
 
-        self.wire = wire
+        self.framing = framing
         self.conn = Connection(fd)
         self.isolation = isolation or []
         self._prev_storages: list[int] = []
@@ -164,7 +164,7 @@ class Worker:
         self._ext_state: Any = None  # the candidate's evalfarm.build.hook.HookState
 
     def send(self, msg: dict[str, Any]) -> None:
-        self.wire.send_json(self.conn, msg)
+        self.framing.send_json(self.conn, msg)
 
     def fail(self, kind: str, detail: str, **extra: Any) -> None:
         self.send({"op": "error", "kind": kind, "detail": detail[-8000:], "isolation": self.isolation, **extra})
@@ -182,7 +182,7 @@ class Worker:
             except Exception as err:  # noqa: BLE001 - the set-up below reports a broken device
                 self.isolation.append(f"device not warmed: {type(err).__name__}: {err}"[:300])
         self.send({"op": "started"})  # before any task or candidate: the judge may now call itself ready
-        init = self.wire.recv_pickle(self.conn)
+        init = self.framing.recv_pickle(self.conn)
         from evalfarm.sandbox import Limits, address_space_limit, apply_limits
 
         limits = Limits(**init["limits"])
@@ -230,7 +230,7 @@ class Worker:
             from evalfarm.judge.staging import worker_gate
 
             self._gate, gate_note = worker_gate(Arena.attach(init["staging"]).buffer, self.is_cuda, self.send,
-                                                lambda: self.wire.recv_json(self.conn, None))
+                                                lambda: self.framing.recv_json(self.conn, None))
             self.isolation.append(gate_note)
         try:
             dropped = _drop_privileges(init)  # the set-up that needs root is done
@@ -280,7 +280,7 @@ class Worker:
         prepare_ahead = bool(init.get("prepare_ahead"))  # the judge's choice (judge.PREPARE_AHEAD_ENV)
         ready = False  # prepared ahead, after the last call: a "go" may carry its round
         while True:
-            msg = self.wire.recv_json(self.conn, None)
+            msg = self.framing.recv_json(self.conn, None)
             op = msg.get("op")
             if op in ("prepare", "prepare_block"):
                 pending, ready = msg, False

@@ -38,7 +38,7 @@ def check_candidate_source(
     """Run every static rule on a candidate's source and return ALL findings, ordered by line.
 
     Each finding has ``blocking`` set: whether it alone decides HACK_DETECTED under
-    ``policy`` (see :mod:`evalfarm.guards.roles`); :func:`evalfarm.guards.blocking` keeps those.
+    ``policy`` (see :mod:`evalfarm.guards.rule_roles`); :func:`evalfarm.guards.blocking` keeps those.
     ``reference_source`` (the task file) exempts reduced precision the reference itself uses.
     Raises :class:`CandidateSyntaxError` (a ``ValueError``) if the candidate does not parse or
     is nested too deeply to analyse; that is a compile error of the candidate, not a hack.

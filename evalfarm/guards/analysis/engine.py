@@ -15,7 +15,7 @@ from typing import Any
 from evalfarm.guards.analysis.index import BUILTINS_REF, NameIndex
 from evalfarm.guards.findings import Finding
 from evalfarm.guards.policy import GuardPolicy
-from evalfarm.guards.roles import ROLES
+from evalfarm.guards.rule_roles import ROLES
 from evalfarm.guards.rules import MODULES, PATCH_ORDER
 from evalfarm.guards.rules.base import NameRule, normalize, prefixes
 

@@ -1,5 +1,5 @@
 """One rule module per threat idea. See :mod:`evalfarm.guards.rules.base` for what a module
-declares, and :mod:`evalfarm.guards.roles` for the role of each rule id."""
+declares, and :mod:`evalfarm.guards.rule_roles` for the role of each rule id."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A rule module (one per threat idea) may define:
 
-* ``RULE_IDS``: the rule ids it reports (each listed in :data:`evalfarm.guards.roles.ROLES`);
+* ``RULE_IDS``: the rule ids it reports (each listed in :data:`evalfarm.guards.rule_roles.ROLES`);
 * ``NAMES``: ``{dotted prefix: NameRule}`` matched against every resolved name (imports,
   attribute chains, aliases, ``getattr`` strings, ``__import__``, ``sys.modules[...]``);
 * ``CPP``: :class:`CppRule` patterns for inline C++/CUDA sources;

@@ -14,7 +14,7 @@ import subprocess
 from typing import Any
 
 from evalfarm import sandbox
-from evalfarm.judge import cpu_pinning, wire
+from evalfarm.judge import cpu_pinning, framing
 from evalfarm.judge.memfd import new_arena_fd
 from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, STAGED_CACHE, WARM_ENV
 from evalfarm.sandbox import bubblewrap, cgroup, confine
@@ -36,7 +36,7 @@ class WorkerHandle:
         # Its own cgroup where the host allows one (limits set when the request arrives).
         self.cgroup, self.cgroup_note = cgroup.create(role)
         os.makedirs(tmp, exist_ok=True)
-        self.conn, child_sock = wire.channel_pair()
+        self.conn, child_sock = framing.channel_pair()
         self.stderr_path = os.path.join(tmp, "worker.stderr")
         self._stderr = open(self.stderr_path, "wb")  # a file, so a chatty candidate never blocks on a pipe
         fd = child_sock.fileno()
@@ -101,7 +101,7 @@ class WorkerHandle:
 
     def note_started(self, msg: dict[str, Any]) -> None:
         if msg.get("op") != "started":
-            raise wire.ProtocolError(f"expected the {self.role} worker's start report, got {str(msg.get('op'))[:40]!r}")
+            raise framing.ProtocolError(f"expected the {self.role} worker's start report, got {str(msg.get('op'))[:40]!r}")
         self.started_seen = True
 
     def signal_group(self, sig: int) -> bool:
@@ -169,7 +169,7 @@ class WorkerHandle:
 
     def close(self) -> None:
         try:
-            wire.send_json(self.conn, {"op": "exit"})
+            framing.send_json(self.conn, {"op": "exit"})
         except (OSError, ValueError):
             pass
         sandbox.kill_group(self.proc, grace_s=0.5)
