@@ -15,6 +15,8 @@
 #   fidelity:  benchmarks/timing_fidelity.py: the farm's times under both timing protocols beside a
 #              one-process do_bench-style measurement (TASKS, KB: task lists; INPUTS, BUDGET;
 #              PROTOCOLS; REPEATS: farm evaluations per candidate; CHUNKS: one-process chunks)
+#   drift:     benchmarks/probes/drift_probe.py: an identical copy in one process, memory reused per call
+#              (fresh) and placed anew per call (placed), 3 repeats (DRIFT_TASK, DRIFT_MODES, ...)
 #   attacks:   scripts/attack_sweep.py --device cuda (STATIC=on|off|both, default off)
 #   corpus:    scripts/honest_sweep.py --device cuda (STATIC, default off)
 #
@@ -59,6 +61,11 @@ run_stage() {  # name seconds
         > "$OUT/fidelity.log" 2>&1 || rc=$?
       sed -n '/^## Timing fidelity/,$p' "$OUT/fidelity.log"
       [[ $rc -eq 0 ]] || tail -n 20 "$OUT/fidelity.log" ;;
+    drift)
+      timeout "$secs" python3 benchmarks/probes/drift_probe.py --device cuda --task "${DRIFT_TASK:-L1/1}" \
+        --size-profile "${DRIFT_PROFILE:-small}" --variant "${DRIFT_VARIANT:-identical}" --modes "${DRIFT_MODES:-fresh,placed}" \
+        --rounds "${DRIFT_ROUNDS:-3000}" --repeats "${DRIFT_REPEATS:-3}" --json "$OUT/drift.json" > "$OUT/drift.log" 2>&1 || rc=$?
+      tail -n 20 "$OUT/drift.log" ;;
     attacks)
       timeout "$secs" python3 scripts/attack_sweep.py --device cuda --static "${STATIC:-off}" \
         --out "$OUT/attacks.json" > "$OUT/attacks.log" 2>&1 || rc=$?
@@ -68,7 +75,7 @@ run_stage() {  # name seconds
         --inputs 100 --build-workers 8 --cache-dir "$EVALFARM_CACHE_DIR" --out "$OUT/corpus.json" \
         > "$OUT/corpus.log" 2>&1 || rc=$?
       tail -n 45 "$OUT/corpus.log" ;;
-    *) echo "unknown stage $name (smoke, precision, tests, fidelity, attacks, corpus)"; rc=2 ;;
+    *) echo "unknown stage $name (smoke, precision, tests, fidelity, drift, attacks, corpus)"; rc=2 ;;
   esac
   summaries+=("$name: rc=$rc in $((SECONDS - t0)) s (limit $secs)")
 }

@@ -10,6 +10,10 @@ signals), under settings that add one part of the judge's protocol at a time:
 * ``fixed``: the same input set for every call;
 * ``rotate``: a pool of 32 input sets, a different one per round (as the arenas' slots);
 * ``fresh``: one input set per side, refilled from the task's ``get_inputs`` before every round;
+* ``placed``: ``fresh``, but every round's inputs are new tensors and a spacer of random size
+  (0-16 MiB) is held across each call, so a call's inputs, intermediates and outputs land at other
+  addresses from round to round (in the other modes each side reuses the same blocks every call):
+  a score that moves to 1 here, for an identical copy, says the gap was where memory was placed;
 * ``poison``: ``fresh``, plus the worker's free-memory poisoning before every call;
 * ``ctx``: ``fresh``, plus a second process's CUDA context writing a buffer before every call
   (the judge's input write: a switch of the device between contexts; CUDA only);
@@ -47,7 +51,7 @@ from evalfarm.tasks.format import exec_module, instantiate_task  # noqa: E402
 from evalfarm.tasks.suite import builtin_suite  # noqa: E402
 from evalfarm.timing import bucket_stats  # noqa: E402
 
-MODES = ("fixed", "rotate", "fresh", "poison", "ctx", "graph")
+MODES = ("fixed", "rotate", "fresh", "placed", "poison", "ctx", "graph")
 POOL = 32
 
 
@@ -131,12 +135,14 @@ def run_mode(mode: str, task: Any, cand_source: str, rounds: int, device: str, s
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times: dict[str, list[float]] = {"ref": [], "cand": []}
         warm = 20
-        order_rng = random.Random(seed)
+        order_rng, place_rng = random.Random(seed), random.Random(seed + 1)
         t0 = time.monotonic()
         for r in range(rounds + warm):
             if mode in ("fresh", "poison", "ctx", "graph"):
                 for v in own.values():
                     _refill(v, draw())
+            if mode == "placed":
+                own = {"ref": draw(), "cand": draw()}
             order = ["ref", "cand"] if order_rng.random() < 0.5 else ["cand", "ref"]
             for role in order:
                 inputs = pool[r % len(pool)] if mode in ("fixed", "rotate") else own[role]
@@ -145,6 +151,8 @@ def run_mode(mode: str, task: Any, cand_source: str, rounds: int, device: str, s
                 if conn is not None:
                     conn.send(1)
                     conn.recv()
+                spacer = (torch.empty(place_rng.randrange(0, 16 << 20, 512), dtype=torch.uint8, device=device)
+                          if mode == "placed" else None)
                 flush.zero_()
                 sync()
                 if cuda:
@@ -157,6 +165,7 @@ def run_mode(mode: str, task: Any, cand_source: str, rounds: int, device: str, s
                     t = time.perf_counter_ns()
                     sides[role](inputs)
                     us = (time.perf_counter_ns() - t) / 1e3
+                del spacer
                 if r >= warm:
                     times[role].append(us)
         wall = time.monotonic() - t0
