@@ -48,15 +48,15 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 
 from evalfarm import reverify
 from evalfarm.client.channel import TlsConfig, auth_metadata, make_channel
 from evalfarm.client.discovery import Discovery, Resolver
+from evalfarm.client.submission import Submission, SubmitFields, TaskArg
 from evalfarm.client.wire import options_to_pb, result_from_pb
-from evalfarm.config import ScoreConfig
 from evalfarm.eval_budget import DEADLINE_GRACE_S
 from evalfarm.infra_cause import InfraCause
 from evalfarm.result import ScoreResult
@@ -381,56 +381,30 @@ class AsyncFarmClient:
     def outstanding(self) -> int:
         return self._outstanding
 
-    async def submit(
-        self,
-        task: str | pb.TaskRef | tuple[str, str],
-        source: str,
-        sample_id: str | None = None,
-        *,
-        options: dict[str, Any] | ScoreConfig | None = None,
-        tags: dict[str, str] | None = None,
-        deadline_s: float | None = None,
-    ) -> str:
+    async def submit(self, task: TaskArg, source: str, sample_id: str | None = None,
+                     **fields: Unpack[SubmitFields]) -> str:
         """Queue a candidate; its result arrives on results() (and on_result). Returns its id.
-
-        ``deadline_s`` (default ``default_deadline_s``) bounds each dispatch of the sample,
-        counted from when it is sent (the daemon counts it from when a slot starts it), never
-        time spent waiting in a queue.
-        """
-        sample_id = self._register(sample_id, stream=True)
-        self._enqueue(task, source, sample_id, options, tags, deadline_s)
+        The fields: evalfarm.client.submission.SubmitFields."""
+        sub = Submission.of(task, source, sample_id, fields)
+        sample_id = self._register(sub.sample_id, stream=True)
+        self._enqueue(sub, sample_id)
         return sample_id
 
-    async def score(
-        self,
-        task: str | pb.TaskRef | tuple[str, str],
-        source: str,
-        *,
-        options: dict[str, Any] | ScoreConfig | None = None,
-        tags: dict[str, str] | None = None,
-        deadline_s: float | None = None,
-        sample_id: str | None = None,
-    ) -> SampleResult:
+    async def score(self, task: TaskArg, source: str, sample_id: str | None = None,
+                    **fields: Unpack[SubmitFields]) -> SampleResult:
         """Score one candidate and wait for its result (bounded by the deadline)."""
-        sample_id = self._register(sample_id, stream=False)
-        self._enqueue(task, source, sample_id, options, tags, deadline_s)
+        sub = Submission.of(task, source, sample_id, fields)
+        sample_id = self._register(sub.sample_id, stream=False)
+        self._enqueue(sub, sample_id)
         return await self._futures[sample_id]
 
-    async def score_nowait(
-        self,
-        task: str | pb.TaskRef | tuple[str, str],
-        source: str,
-        sample_id: str | None = None,
-        *,
-        options: dict[str, Any] | ScoreConfig | None = None,
-        tags: dict[str, str] | None = None,
-        deadline_s: float | None = None,
-        done: Callable[[SampleResult], None],
-    ) -> str:
+    async def score_nowait(self, task: TaskArg, source: str, sample_id: str | None = None, *,
+                           done: Callable[[SampleResult], None], **fields: Unpack[SubmitFields]) -> str:
         """Queue a candidate; `done(result)` is called once, on the client's loop."""
-        sample_id = self._register(sample_id, stream=False)
+        sub = Submission.of(task, source, sample_id, fields)
+        sample_id = self._register(sub.sample_id, stream=False)
         self._futures[sample_id].add_done_callback(lambda f: done(f.result()))
-        self._enqueue(task, source, sample_id, options, tags, deadline_s)
+        self._enqueue(sub, sample_id)
         return sample_id
 
     async def results(self, timeout: float | None = None) -> AsyncIterator[SampleResult]:
@@ -455,19 +429,11 @@ class AsyncFarmClient:
             self._outstanding += 1
         return sample_id
 
-    def _enqueue(
-        self,
-        task: str | pb.TaskRef | tuple[str, str],
-        source: str,
-        sample_id: str,
-        options: dict[str, Any] | ScoreConfig | None,
-        tags: dict[str, str] | None,
-        deadline_s: float | None,
-    ) -> None:
-        tags = dict(tags or {})
+    def _enqueue(self, sub: Submission, sample_id: str) -> None:
+        tags, source, deadline_s = dict(sub.tags or {}), sub.source, sub.deadline_s
         try:
-            task_ref = _task_ref(task)
-            opts = options_to_pb(options)
+            task_ref = _task_ref(sub.task)
+            opts = options_to_pb(sub.options)
             reverify_above = reverify.REVERIFY_ABOVE
             if self.reverify:
                 # One owner for re-verification: this client re-measures outliers on another

@@ -6,15 +6,15 @@ import asyncio
 import queue
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from evalfarm.client.channel import TlsConfig
 from evalfarm.client.core import AsyncFarmClient, SampleResult
+from evalfarm.client.submission import SubmitFields, TaskArg
 from evalfarm.config import ScoreConfig
 from evalfarm.v1 import evalfarm_pb2 as pb
 
 T = TypeVar("T")
-TaskArg = str | pb.TaskRef | tuple[str, str]
 
 
 class FarmClient:
@@ -55,24 +55,13 @@ class FarmClient:
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def submit(
-        self,
-        task: TaskArg,
-        source: str,
-        sample_id: str | None = None,
-        *,
-        options: dict[str, Any] | ScoreConfig | None = None,
-        tags: dict[str, str] | None = None,
-        deadline_s: float | None = None,
-    ) -> str:
-        """Queue a candidate; its result comes from results() (and on_result)."""
+    def submit(self, task: TaskArg, source: str, sample_id: str | None = None,
+               **fields: Unpack[SubmitFields]) -> str:
+        """Queue a candidate; its result comes from results() (and on_result). The fields:
+        evalfarm.client.submission.SubmitFields."""
 
         async def go() -> str:
-            sid = await self._client.score_nowait(
-                task, source, sample_id, options=options, tags=tags, deadline_s=deadline_s,
-                done=self._results.put,
-            )
-            return sid
+            return await self._client.score_nowait(task, source, sample_id, done=self._results.put, **fields)
 
         sid = self._call(go(), 30.0)
         with self._lock:
@@ -96,23 +85,17 @@ class FarmClient:
                 self._pending -= 1
             yield res
 
-    def score(
-        self,
-        task: TaskArg,
-        source: str,
-        *,
-        options: dict[str, Any] | ScoreConfig | None = None,
-        tags: dict[str, str] | None = None,
-        deadline_s: float | None = None,
-    ) -> SampleResult:
+    def score(self, task: TaskArg, source: str, sample_id: str | None = None,
+              **fields: Unpack[SubmitFields]) -> SampleResult:
         """Score one candidate and wait for its result.
 
         ``deadline_s`` bounds each dispatch from when it is sent (see AsyncFarmClient); this
         call waits at most ``result_limit_s(deadline_s) + 30`` (every attempt, re-verification
         included).
         """
-        deadline = deadline_s if deadline_s is not None else self._client.default_deadline_s
-        coro = self._client.score(task, source, options=options, tags=tags, deadline_s=deadline)
+        deadline = fields.get("deadline_s")
+        fields["deadline_s"] = deadline = deadline if deadline is not None else self._client.default_deadline_s
+        coro = self._client.score(task, source, sample_id, **fields)
         return self._call(coro, self._client.result_limit_s(deadline) + 30.0)
 
     def score_many(

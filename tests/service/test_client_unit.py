@@ -197,3 +197,24 @@ def test_deadline_does_not_run_while_waiting_in_a_queue(daemon_factory, queue_al
     assert len(got) == 4 and all(r.verdict is Verdict.OK for r in got), [r.result.detail for r in got]
     assert elapsed > 1.9 and farm.stats.get("deadline_exceeded", 0) == 0
     assert a.backend.started == 4
+
+
+def test_every_submit_call_takes_one_signature_and_names_an_unknown_keyword(daemon_factory) -> None:
+    import inspect
+
+    from evalfarm.client import AsyncFarmClient
+
+    def params(fn):
+        return [p for p in inspect.signature(fn).parameters if p not in ("self", "done")]
+
+    calls = (AsyncFarmClient.submit, AsyncFarmClient.score, AsyncFarmClient.score_nowait,
+             FarmClient.submit, FarmClient.score)
+    assert {tuple(params(fn)) for fn in calls} == {("task", "source", "sample_id", "fields")}
+    a = daemon_factory()
+    with FarmClient([a.target], poll_interval_s=0.2) as farm:
+        for call in (farm.submit, farm.score):
+            with pytest.raises(TypeError, match="dealine_s"):
+                call("L1/1", fake_source(), "typo", dealine_s=5)
+        res = farm.score("L1/1", fake_source(salt="sig"), "named", deadline_s=20, tags={"k": "v"})
+    assert res.sample_id == "named" and res.verdict is Verdict.OK
+    assert a.backend.started == 1  # the refused calls queued nothing
