@@ -4,7 +4,7 @@ The rule. The reference worker runs only the task's code and the farm's, so what
 there (an error, a hang, a crash, a bad message) is INFRA_ERROR, never the candidate's. The
 candidate worker's failures are the candidate's: its error reports map by kind
 (``worker_error_verdict``), a call past its bound is TIMEOUT, a process that ended is RUNTIME_ERROR
-(CUDA_FAULT where its last words name CUDA on a GPU), a malformed message is HACK_DETECTED
+(CUDA_FAULT where its last words name a CUDA fault: evalfarm.judge.cuda_fault), a malformed message is HACK_DETECTED
 (``receive_failure``). Two failures need a test to tell: a GPU still busy before the reference's
 call is the candidate's only if killing the candidate's processes makes it quiet
 (``blame_busy_gpu``); and a process of the candidate's cgroup outside its process group escaped the
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from evalfarm import sandbox
 from evalfarm.infra_cause import InfraCause
 from evalfarm.judge import framing
+from evalfarm.judge.cuda_fault import is_cuda_fault
 from evalfarm.judge.quiet import QUIET_WAIT_S
 from evalfarm.judge.roles import REFERENCE
 from evalfarm.judge.worker_processes import WorkerHandle
@@ -77,7 +78,7 @@ def receive_failure(worker: WorkerHandle, err: Exception, what: str, timeout: fl
         if trusted:
             return Verdicted(Verdict.INFRA_ERROR, f"the reference worker ended while {what}: {desc}"
                              + (f"\n{tail}" if tail else ""))
-        verdict = Verdict.CUDA_FAULT if "CUDA" in tail and device_type == "cuda" else Verdict.RUNTIME_ERROR
+        verdict = Verdict.CUDA_FAULT if is_cuda_fault(tail, device_type) else Verdict.RUNTIME_ERROR
         return Verdicted(verdict, f"{desc} while {what}" + (f"\n{tail}" if tail else ""))
     if trusted:
         return Verdicted(Verdict.INFRA_ERROR, f"the reference worker sent a bad message: {err}")

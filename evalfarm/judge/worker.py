@@ -53,15 +53,13 @@ import time
 import traceback
 from typing import Any
 
+from evalfarm.judge.cuda_fault import is_cuda_fault
 from evalfarm.judge.roles import CANDIDATE, KEPT_DIRS, REFERENCE, WARM_ENV
 from evalfarm.sandbox.bubblewrap import INSIDE_ENV, SHM_ENV
 
 # Trusted primitives, bound before any task or candidate code can rebind them.
 _perf_ns = time.perf_counter_ns
 _exit = os._exit
-_CUDA_FAULT_MARKERS = ("CUDA error", "cuda runtime error", "device-side assert", "illegal memory access",
-                       "CUBLAS_STATUS", "CUDNN_STATUS", "cuDNN error", "unspecified launch failure",
-                       "misaligned address", "illegal instruction")
 
 # A worker keeps a copy of its first inputs for warm calls (ScoreConfig.warm_call) up to this size.
 WARM_INPUT_BYTES = 64 << 20
@@ -101,9 +99,9 @@ def _drop_privileges(init: dict[str, Any]) -> list[str]:
     return [*notes, f"process limit {MAX_PROCESSES}" if not why else f"no process limit: {why}"]
 
 
-def _error_kind(err: BaseException) -> str:
+def _error_kind(err: BaseException, is_cuda: bool) -> str:
     text = f"{type(err).__name__}: {err}"
-    return "cuda_fault" if any(m in text for m in _CUDA_FAULT_MARKERS) else "runtime"
+    return "cuda_fault" if is_cuda_fault(text, "cuda" if is_cuda else "cpu") else "runtime"
 
 
 def storage_span(t: Any) -> tuple[int, int]:
@@ -347,7 +345,7 @@ class Worker:
             failure = ext_state.raised_by(err)
             if failure is not None:  # a build failure it did not catch: what plain Python would end on
                 self.fail("compile", failure.log)
-            kind = _error_kind(err)
+            kind = _error_kind(err, self.is_cuda)
             self.fail(kind if kind == "cuda_fault" else "load", traceback.format_exc())
         return [{"name": b.name, "key": b.key, "cache_hit": b.cache_hit, "seconds": b.seconds,
                  **({"note": b.note} if b.note else {})} for b in ext_state.built]
@@ -389,7 +387,7 @@ class Worker:
     def _call_error(self, err: BaseException, r: Any, detail: str) -> dict[str, Any]:
         """A call's error as the worker reports it: the reference's is the farm's ("infra"), the
         candidate's a CUDA fault or a runtime error."""
-        kind = "infra" if self.role == REFERENCE else _error_kind(err)
+        kind = "infra" if self.role == REFERENCE else _error_kind(err, self.is_cuda)
         failure = self._ext_state.raised_by(err) if self._ext_state is not None else None
         if failure is not None:  # a build failure (a load_inline in forward) it did not catch
             kind, detail = "compile", failure.log
