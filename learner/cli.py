@@ -20,7 +20,9 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 USAGE = __doc__ or ""
 
@@ -152,32 +154,30 @@ def _share_gpu_with_local_farm(cfg: object) -> None:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
-def _train(argv: list[str]) -> int:
+def _run_config(command: str, run: Callable[[Any], Any], argv: list[str]) -> int:
+    """`learner train` and `learner experiment`: a config from the flags, run; a bad config exits 2."""
     from learner.config_check import TrainConfigError
-    from learner.train import train
 
-    cfg, _ = _config_flags("train", argv)
+    cfg, _ = _config_flags(command, argv)
     _share_gpu_with_local_farm(cfg)
     try:
-        train(cfg)
+        run(cfg)
     except TrainConfigError as err:
-        print(f"learner train: {err}", file=sys.stderr)
+        print(f"learner {command}: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _train(argv: list[str]) -> int:
+    from learner.train import train
+
+    return _run_config("train", train, argv)
 
 
 def _experiment(argv: list[str]) -> int:
-    from learner.config_check import TrainConfigError
     from learner.experiment import run_experiment
 
-    cfg, _ = _config_flags("experiment", argv)
-    _share_gpu_with_local_farm(cfg)
-    try:
-        run_experiment(cfg)
-    except TrainConfigError as err:
-        print(f"learner experiment: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return _run_config("experiment", run_experiment, argv)
 
 
 def _eval(argv: list[str]) -> int:
