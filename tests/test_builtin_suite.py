@@ -145,6 +145,7 @@ def test_suite_has_compiled_cpu_variants():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # each builds a C++ extension: 20-25 s on a 2-core machine (make test-long)
 @pytest.mark.parametrize("item", BUILT_CPU_VARIANTS, ids=_vid)
 def test_compiled_cpu_variant_behaves_as_labelled(item):
     """Builds the C++/OpenMP extension (about 30-60 s each on a 2-core machine)."""

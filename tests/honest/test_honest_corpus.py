@@ -18,6 +18,17 @@ from tests.honest.check import HEADER_KEYS, all_headers, claim_met, parse_header
 
 HEADERS = all_headers()
 CPU = [h for h in HEADERS if h.runs_on("cpu")]
+
+
+def _builds_an_extension(h) -> bool:
+    text = h.path.read_text()
+    return "load_inline" in text or "cpp_extension" in text
+
+
+# A kernel that builds a C++ extension takes 20-45 s on a 2-core machine (most of it parsing
+# torch/extension.h): those run in `make test-long` (CI runs it too), the others in `make test`.
+CPU_PARAMS = [pytest.param(h, id=h.name, marks=[pytest.mark.long] if _builds_an_extension(h) else [])
+              for h in CPU]
 CUDA = [h for h in HEADERS if h.runs_on("cuda")]
 
 REQUIRED_STYLES = {
@@ -82,7 +93,7 @@ def _assert_ok_and_claim(h, r):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("static", ["off"])
-@pytest.mark.parametrize("h", CPU, ids=lambda h: h.name)
+@pytest.mark.parametrize("h", CPU_PARAMS)
 def test_cpu_kernel_scores_ok(h, static, build_pool, monkeypatch):
     """The real farm on CPU: no honest kernel is refused. Static "on" is covered by
     test_no_blocking_static_finding. On a shared 2-core CI machine speedups are too noisy to
