@@ -102,8 +102,15 @@ def test_the_daemon_refuses_to_start_without_bubblewrap(tmp_path):
     assert "listening on" not in r.stdout
 
 
+def _reachable_by_others(path: Path) -> bool:
+    """Whether another user can reach ``path``: every directory above it searchable by others."""
+    return all(d.stat().st_mode & 0o001 for d in [path.resolve(), *path.resolve().parents])
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                     reason="starts the daemon as another user (needs root and setpriv)")
+@pytest.mark.skipif(not _reachable_by_others(REPO) or not _reachable_by_others(Path(sys.executable).parent),
+                    reason="the checkout or the interpreter is in a directory other users cannot enter")
 def test_a_daemon_started_as_a_user_without_bubblewrap_refuses(tmp_path):
     tmp_path.chmod(0o777)
     r = _serve("--device", "cpu", "--cache-dir", str(tmp_path / "cache"), env=_env_without_bwrap(tmp_path),
