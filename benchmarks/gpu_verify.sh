@@ -2,7 +2,7 @@
 # The reward-fidelity and deployment checks on a GPU host, stage by stage, each under its own
 # time limit (logs under $OUT, each stage's short table printed last):
 #
-#   bash benchmarks/gpu_verify.sh smoke:200 precision:90 tests:300
+#   bash benchmarks/gpu_verify.sh smoke:400 precision:90 tests:300
 #   bash benchmarks/gpu_verify.sh fidelity:560
 #   bash benchmarks/gpu_verify.sh attacks:250 corpus:300
 #
