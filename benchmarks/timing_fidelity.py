@@ -10,8 +10,13 @@ reference, and the task's shipped fast variants for the device):
 * one process: the reference and the candidates timed as ``triton.testing.do_bench`` does it, in
   this process (calls queued on the stream, each after an L2 flush, between CUDA events; on a CPU
   the host clock), interleaved in chunks so drifting clocks hit them alike; the median call;
-* the farm: ``evalfarm.score`` with each timing protocol (``ScoreConfig.timing_protocol``: the
-  queued "blocks" and the earlier "lone" calls), its reference and candidate medians and its score.
+* the farm: ``evalfarm.score`` under each arm of ``--protocols`` (``ARMS``: the queued "blocks"
+  and the earlier "lone" calls of ``ScoreConfig.timing_protocol``, and "unplaced": blocks with each
+  timed call's memory left where it was, ``EVALFARM_PLACE_CALLS=0``, evalfarm.judge.placement), its
+  reference and candidate medians and its score. With ``--repeats`` N each candidate is scored N
+  times under each arm, the arms taking turns, so the spread between evaluations is seen beside each
+  evaluation's interval. Where an arm sets the judge's environment, every arm's evaluations start a
+  judge of their own (no standby judges, whose environment is fixed when they start).
 
 A table is printed last (markdown) and every row is written to ``OUT/fidelity.json``.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -45,6 +51,33 @@ KB_SIZES = {
     "88_MinGPTNewGelu": {"batch_size": 2000, "dim": 2000},
     "95_CrossEntropyLoss": {"batch_size": 4096, "num_classes": 10},
 }
+
+
+# An arm of the comparison: the timing protocol and the judge's environment it runs under.
+ARMS = {
+    "blocks": ("blocks", {}),
+    "lone": ("lone", {}),
+    "unplaced": ("blocks", {"EVALFARM_PLACE_CALLS": "0"}),
+}
+ARM_ENV_KEYS = sorted({k for _, env in ARMS.values() for k in env})
+
+
+def arm_score(task, src: str, cfg: ScoreConfig, arm: str, pool: BuildPool, judges: WarmJudges | None) -> dict:
+    """One farm evaluation under ``arm`` (its environment set only for this evaluation's judge)."""
+    protocol, env = ARMS[arm]
+    saved = {k: os.environ.get(k) for k in ARM_ENV_KEYS}
+    for k in ARM_ENV_KEYS:
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    try:
+        return farm_row(score(task, as_candidate(src), cfg.replace(timing_protocol=protocol), build_pool=pool,
+                              judges=judges))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def kb_task_source(root: Path, name: str) -> str:
@@ -143,7 +176,7 @@ def repeats_table(rows: list[dict], protocols: list[str]) -> None:
         print("\n".join(lines))
 
 
-def measure(work: list, protocols: list[str], args: argparse.Namespace, pool: BuildPool, judges: WarmJudges,
+def measure(work: list, protocols: list[str], args: argparse.Namespace, pool: BuildPool, judges: WarmJudges | None,
             out: Path, start: float) -> list[dict]:
     """One row per (task, candidate): the one-process times, then the farm's under each protocol."""
     rows: list[dict] = []
@@ -159,18 +192,22 @@ def measure(work: list, protocols: list[str], args: argparse.Namespace, pool: Bu
             print(f"{label}: one-process timing failed: {type(err).__name__}: {err}", flush=True)
             continue
         for name, src in cands.items():
+            if time.monotonic() - start > args.max_seconds:
+                print(f"stopping before {label} {name}: {args.max_seconds:.0f} s used", flush=True)
+                return rows
             row = {"task": label, "candidate": name, "ref_1p_us": local["reference"], "cand_1p_us": local[name],
                    "speedup_1p": local["reference"] / local[name], "ref_q_us": queued["reference"],
                    "cand_q_us": queued[name], "speedup_q": queued["reference"] / queued[name]}
-            for proto in protocols:
-                cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs,
-                                  timing_budget_s=args.budget, reverify_above=0, size_profile=profile,
-                                  timing_protocol=proto)
-                scored = [farm_row(score(task, as_candidate(src), cfg, build_pool=pool, judges=judges))
-                          for _ in range(args.repeats)]
-                row[proto] = scored[0]
-                if len(scored) > 1:
-                    row[f"{proto}_repeats"] = scored
+            cfg = ScoreConfig(device=args.device, num_correctness_inputs=args.inputs,
+                              timing_budget_s=args.budget, reverify_above=0, size_profile=profile)
+            scored: dict[str, list[dict]] = {arm: [] for arm in protocols}
+            for _ in range(args.repeats):  # the arms take turns, so a drifting card hits them alike
+                for arm in protocols:
+                    scored[arm].append(arm_score(task, src, cfg, arm, pool, judges))
+            for arm, evaluations in scored.items():
+                row[arm] = evaluations[0]
+                if len(evaluations) > 1:
+                    row[f"{arm}_repeats"] = evaluations
             rows.append(row)
             print(json.dumps(row), flush=True)
             (out / "fidelity.json").write_text(json.dumps(rows, indent=1))
@@ -183,7 +220,7 @@ def main() -> None:
     ap.add_argument("--tasks", default="L1/1:small,L1/1:default,L2/3:small,L2/3:default,L1/3:small")
     ap.add_argument("--kernelbench", default="", help="KernelBench's task root (holds level1/)")
     ap.add_argument("--kb", default="32_HardTanh,95_CrossEntropyLoss")
-    ap.add_argument("--protocols", default="blocks,lone")
+    ap.add_argument("--protocols", default="blocks,lone", help=f"arms, comma-separated: {', '.join(ARMS)}")
     ap.add_argument("--inputs", type=int, default=100)
     ap.add_argument("--budget", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=1, help="farm evaluations per candidate and protocol")
@@ -209,12 +246,17 @@ def main() -> None:
                 cands[v.path.stem] = v.path.read_text()
         work.append((f"{key}:{profile or 'default'}", task, profile or "default", cands))
     protocols = [p for p in args.protocols.split(",") if p]
-    judges = WarmJudges({args.device: 1})
+    unknown = [p for p in protocols if p not in ARMS]
+    if unknown:
+        ap.error(f"unknown arm(s) {', '.join(unknown)}: expected {', '.join(ARMS)}")
+    # Standby judges keep the environment they started with: none where an arm sets one.
+    judges = None if any(ARMS[p][1] for p in protocols) else WarmJudges({args.device: 1})
     try:
         with BuildPool(max_workers=4) as pool:
             rows = measure(work, protocols, args, pool, judges, out, start)
     finally:
-        judges.close()
+        if judges is not None:
+            judges.close()
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     print(f"\n## Timing fidelity on {device_name} (us; speedups)\n")
     print("1p: one process, do_bench-style; 1p queued: the same behind a busy kernel (the device's own time); "

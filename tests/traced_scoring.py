@@ -13,11 +13,13 @@ from evalfarm.judge.exchange import (
     REFERENCE_POISON_ENV,
     ROUND_WRITE_ENV,
 )
+from evalfarm.judge.placement import PLACE_CALLS_ENV
 from evalfarm.judge.round_trace import ROUND_TRACE_ENV
 from evalfarm.scoring import score
 
 # The judge's exchange switches: unset before each traced score, so only what a test sets applies.
-EXCHANGE_SWITCHES = (GO_FIRST_ENV, JUDGE_SPIN_ENV, ROUND_WRITE_ENV, PREPARE_AHEAD_ENV, REFERENCE_POISON_ENV)
+EXCHANGE_SWITCHES = (GO_FIRST_ENV, JUDGE_SPIN_ENV, ROUND_WRITE_ENV, PREPARE_AHEAD_ENV, REFERENCE_POISON_ENV,
+                     PLACE_CALLS_ENV)
 
 
 def traced_score(monkeypatch: Any, tmp_path: Any, task: Any, candidate: Any, build_pool: Any, cfg: Any,

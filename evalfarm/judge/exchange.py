@@ -33,6 +33,7 @@ import torch
 from evalfarm.judge import framing
 from evalfarm.judge.arena import Arena
 from evalfarm.judge.blame import Verdicted, blame_busy_gpu, receive_failure, worker_error_verdict
+from evalfarm.judge.placement import PLACE_CALLS_ENV, place_calls_wanted
 from evalfarm.judge.quiet import QuietProbe
 from evalfarm.judge.roles import REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
@@ -57,6 +58,7 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 # * REFERENCE_POISON_ENV (off unless "1"): the reference worker, which runs no candidate code, skips
 #   the free-memory poisoning in its preparation (the candidate's is the operator's POISON_ENV, as
 #   before); "1" poisons there too.
+# * PLACE_CALLS_ENV (evalfarm.judge.placement): timed calls' memory placed anew per call.
 GO_FIRST_ENV = "EVALFARM_GO_FIRST"
 JUDGE_SPIN_ENV = "EVALFARM_JUDGE_SPIN_US"
 ROUND_WRITE_ENV = "EVALFARM_ROUND_WRITE"
@@ -94,16 +96,18 @@ class Switches:
     round_write: bool
     reference_poison: bool
     spin_s: float
+    place_calls: bool = False  # evalfarm.judge.placement
 
     @classmethod
     def from_env(cls, device_type: str) -> Switches:
-        """From ``os.environ``; a bad JUDGE_SPIN_ENV raises ValueError."""
+        """From ``os.environ``; a bad JUDGE_SPIN_ENV or PLACE_CALLS_ENV raises ValueError."""
         prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
         return cls(prepare_ahead=prepare_ahead,
                    go_first=os.environ.get(GO_FIRST_ENV, "1") != "0",
                    round_write=prepare_ahead and os.environ.get(ROUND_WRITE_ENV, "1") != "0",
                    reference_poison=os.environ.get(REFERENCE_POISON_ENV, "0") == "1",
-                   spin_s=judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), device_type))
+                   spin_s=judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), device_type),
+                   place_calls=place_calls_wanted(os.environ.get(PLACE_CALLS_ENV, ""), device_type))
 
 
 def raise_worker_error(msg: dict[str, Any], worker: WorkerHandle) -> None:

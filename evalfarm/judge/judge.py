@@ -261,6 +261,8 @@ class Judge:
             "flush_bytes": flush_bytes, "tuple_out": ref.tuple_out,
             "warm_calls": self.config.warm_calls,  # whether a worker keeps its first inputs for them
             "prepare_ahead": self.switches.prepare_ahead,  # whether it prepares its next call after each reply
+            # whether its timed calls are placed anew (evalfarm.judge.placement); each worker its own seed
+            "place_calls": self.switches.place_calls and self.timed,
         }
         for worker in (link.ref, link.cand):  # no candidate code has run: a failure here is the farm's
             await_started(worker, cfg.load_timeout_s)
@@ -269,9 +271,10 @@ class Judge:
         cores = worker_cpu_cores(num_threads)
         cgroup_notes = sorted({w.limit_cgroup(cfg.memory_limit_bytes, cores) for w in (link.ref, link.cand)})
         # Both load at once; the reference worker takes its quiet-GPU baseline before building the task.
-        framing.send_pickle(link.ref.conn, reference_load(common, self.task, profile, memory,
-                                                       self.switches.reference_poison))
-        framing.send_pickle(link.cand.conn, candidate_load(common, ref, memory, self.candidate))
+        framing.send_pickle(link.ref.conn, reference_load({**common, "place_seed": secrets.randbits(63)}, self.task,
+                                                       profile, memory, self.switches.reference_poison))
+        framing.send_pickle(link.cand.conn, candidate_load({**common, "place_seed": secrets.randbits(63)}, ref, memory,
+                                                       self.candidate))
         ready = link.recv(link.ref, cfg.load_timeout_s, "loading the reference")
         if ready.get("op") != "ready":
             raise_worker_error(ready, link.ref)

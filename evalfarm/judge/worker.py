@@ -240,6 +240,13 @@ class Worker:
         from evalfarm.sandbox import seccomp
 
         self.isolation.append(seccomp.install())  # every thread, before any task or candidate code
+        # Timed calls' memory placed anew (evalfarm.judge.placement), where the judge asks for it.
+        self._placement: Any = None
+        if init.get("place_calls"):
+            from evalfarm.judge.placement import PLACEMENT_NOTE, CallPlacement
+
+            self._placement = CallPlacement(torch, device, int(init.get("place_seed", 0)))
+            self.isolation.append(PLACEMENT_NOTE)
         flush_bytes = int(init.get("flush_bytes", 0))
         self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if flush_bytes else None
         self._quiet: Any = None  # evalfarm.judge.quiet.QuietProbe: the reference's, on a GPU
@@ -553,6 +560,7 @@ class Worker:
                         gate.copy_in(v, slot)
                 if self._flush_buf is not None:
                     self._flush_buf.zero_()
+                spacer = self._placement.spacer() if self._placement is not None else None
                 if self.is_cuda:
                     ev[1].record()
                 else:
@@ -563,6 +571,7 @@ class Worker:
                     marks.append(ev)
                 else:
                     marks.append((p0, t0, _perf_ns()))
+                del spacer  # the call is queued: its blocks may be the next call's (stream order)
             except BaseException as err:  # noqa: BLE001
                 return self._call_error(err, r, traceback.format_exc()[-8000:])
             outs = list(out) if isinstance(out, tuple | list) else [out]
