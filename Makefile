@@ -38,9 +38,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not gpu and not long and not exclusive" --durations=30
 	$(PY) -m pytest -q -m "exclusive and not gpu and not long" --durations=5
 
-# The long scenarios: experiment-sized runs and the end-to-end scenarios that take minutes each
-# (the learner CLI killed and resumed, scaling and multi-host runs, the operator drill, a 200-sample
-# stream). CI runs them after `make test`, in a step of their own.
+# The long scenarios: experiment-sized runs, the end-to-end scenarios that take minutes each (the
+# learner CLI killed and resumed, scaling and multi-host runs, the operator and hostile-tenant
+# drills, a 200-sample stream, a daemon's queue around a re-verification), benchmark smoke runs,
+# and CPU tests that compile C++ against torch's headers (20-45 s each on 2 cores). CI runs them
+# after `make test`, in a step of their own.
 test-long: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "long and not gpu" --durations=30
 

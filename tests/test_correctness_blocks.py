@@ -121,6 +121,7 @@ def test_the_score_is_timed_only_after_correctness(task, data_dir, build_pool):
     assert r.evidence.timing.block_rounds == 0 and r.evidence.timing.cand_time_us_median > 25_000, r.evidence.timing
 
 
+@pytest.mark.long  # two evaluations of 48 MiB rounds (the arena budget must hold fewer than 4)
 def test_no_blocks_when_few_rounds_fit_a_batch(data_dir, build_pool):
     # 12M floats in and out per call: the CPU's 256 MiB arena budget holds one round per batch,
     # fewer than MIN_BLOCK_ROUNDS, so every round is one call per exchange (timed as before).

@@ -881,6 +881,7 @@ def test_not_an_elf_file(tmp_path: Path) -> None:
 
 
 @needs_cc
+@pytest.mark.long  # a real torch extension: 20-45 s of parsing torch/extension.h on 2 cores
 def test_a_real_torch_extension_has_no_symbol_finding(build_pool) -> None:
     """A real torch extension with OpenMP (an honest corpus kernel, built through the run's shared
     pool: its honest-corpus test finds it in the cache, or the other way round) links hundreds of

@@ -32,6 +32,7 @@ def test_flop_and_param_accounting() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # the benchmark suite's smoke run, every part
 def test_suite_tiny_runs_every_part_and_writes_the_table(tmp_path: Path) -> None:
     from learner.bench.throughput import run_suite, suite_table
 
@@ -47,6 +48,7 @@ def test_suite_tiny_runs_every_part_and_writes_the_table(tmp_path: Path) -> None
     assert "RL step, G=4" in table and "of the HBM bound" in table and "MFU" in table
 
 
+@pytest.mark.long  # a benchmark's smoke run: one process per variant
 def test_mfu_sweep_runs_each_variant_in_its_own_process(tmp_path: Path) -> None:
     import os
     import subprocess

@@ -232,6 +232,7 @@ def test_stream_200_through_two_daemons(spawn_daemon) -> None:
     assert stats["delivered"] == 200
 
 
+@pytest.mark.long  # a daemon scoring a queue of real evaluations around a re-verification
 def test_reverification_runs_before_queued_work_real(spawn_daemon) -> None:
     """A real daemon, one CPU slot: a re-verification sent behind a running evaluation and
     three queued ones is scored next. The ordinary candidates are made slow by sleeping

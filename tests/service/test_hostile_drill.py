@@ -51,6 +51,7 @@ def test_what_counts_as_a_secret_and_as_crossing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # builds several C++ extensions (make test-long; deploy/smoke.sh runs the drill too)
 @pytest.mark.skipif(not SANDBOX.strong, reason=f"needs the strong sandbox: {SANDBOX.summary()}")
 def test_the_drill_passes_against_the_strong_sandbox(spawn_daemon, daemon_files) -> None:
     d = spawn_daemon("--auth-token-file", str(daemon_files["token"]), "--warm-judges", "0")
