@@ -12,11 +12,14 @@ from traced_scoring import traced_score
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge.exchange import Switches
 from evalfarm.judge.placement import (
+    INPUT_SLACK_BYTES,
     MAX_SPACER_BYTES,
     PLACE_CALLS_ENV,
     PLACEMENT_NOTE,
+    SMALL_POOL_BYTES,
     SPACER_ALIGN,
     CallPlacement,
+    input_offset,
     place_calls_wanted,
     spacer_bytes,
 )
@@ -57,18 +60,88 @@ def test_spacer_sizes_are_aligned_bounded_and_spread():
     assert eighths == set(range(8))
 
 
-def test_a_workers_spacers_differ_call_by_call_and_seeds_differ():
+def test_a_workers_spacers_come_from_both_pools_differ_call_by_call_and_seeds_differ():
     a, b = CallPlacement(torch, "cpu", seed=1), CallPlacement(torch, "cpu", seed=2)
-    sizes_a = [a.spacer().numel() for _ in range(50)]
-    sizes_b = [b.spacer().numel() for _ in range(50)]
-    assert len(set(sizes_a)) > 40 and sizes_a != sizes_b
+    sizes_a = [tuple(s.numel() for s in a.spacer()) for _ in range(50)]
+    sizes_b = [tuple(s.numel() for s in b.spacer()) for _ in range(50)]
+    assert all(small < SMALL_POOL_BYTES < large < MAX_SPACER_BYTES for small, large in sizes_a)
+    assert len({s for s, _ in sizes_a}) > 40 and len({lg for _, lg in sizes_a}) > 40 and sizes_a != sizes_b
     assert a.placed == 50 and a.skipped == 0
 
 
 def test_a_spacer_that_cannot_be_had_is_skipped_not_an_error():
     placement = CallPlacement(torch, "cpu", seed=3, max_bytes=1 << 62)  # more than any address space
     spacers = [placement.spacer() for _ in range(5)]
-    assert placement.skipped >= 4 and spacers.count(None) == placement.skipped  # a draw may be tiny
+    assert spacers == [None] * 5 and placement.skipped == 5 and placement.placed == 0
+
+
+def test_input_offsets_are_aligned_inside_the_slack_and_spread():
+    rng = random.Random(11)
+    offsets = [input_offset(rng) for _ in range(500)]
+    assert all(o % SPACER_ALIGN == 0 and 0 <= o < INPUT_SLACK_BYTES for o in offsets)
+    assert len(set(offsets)) > 490
+    assert input_offset(rng, slack=0) == 0 and input_offset(rng, slack=SPACER_ALIGN - 1) == 0
+
+
+def _planner(data_dir, input_slack: int, timed: bool = True):
+    from evalfarm.judge.arena import Arena
+    from evalfarm.judge.inputs import InputSource
+    from evalfarm.judge.roles import CANDIDATE, REFERENCE
+    from evalfarm.judge.rounds import RoundPlanner
+    from evalfarm.tasks.format import instantiate_task
+
+    task = as_task(str(data_dir / "task_scale.py"))
+    module = instantiate_task(task, "default")
+    source = InputSource(module, "cpu", secret=b"k" * 32)
+    sample = source.inputs(-1)
+    in_bytes = sum(v.numel() * v.element_size() for v in sample if isinstance(v, torch.Tensor))
+    rounds = 4
+    arenas = {(role, kind): Arena.allocate(rounds * (in_bytes + 4096) + (input_slack if kind == "in" else 0), "cpu")
+              for role in (REFERENCE, CANDIDATE) for kind in ("in", "out")}
+    out_struct = [(tuple(sample[0].shape), sample[0].dtype)]
+    planner = RoundPlanner(arenas, source, out_struct, random.Random(0), torch.device("cpu"), rounds, range(0),
+                           num_correctness_inputs=4, timed=timed, input_slack=input_slack,
+                           place_rng=random.Random(5))
+    return planner, arenas
+
+
+def test_timed_batches_start_their_input_slots_at_a_new_offset_per_batch_and_worker(data_dir):
+    from evalfarm.judge.audits import AuditSchedule
+    from evalfarm.judge.roles import CANDIDATE, REFERENCE
+
+    planner, arenas = _planner(data_dir, INPUT_SLACK_BYTES)
+    audits = AuditSchedule(0.1, 4, random.Random(1))
+    try:
+        correctness = planner.plan(0, audits, warm_calls=False)
+        assert {p.calls[REFERENCE].in_slots[0].offset for p in correctness[:1]} == {0}  # correctness: unplaced
+        starts = {REFERENCE: [], CANDIDATE: []}
+        for _ in range(6):
+            plans = planner.plan(4, audits, warm_calls=False)
+            for role in starts:
+                slots = [p.calls[role].in_slots[0] for p in plans]
+                starts[role].append(slots[0].offset)
+                # within a batch the rounds' slots follow one another, as before
+                assert [s.offset for s in slots] == sorted(s.offset for s in slots)
+                assert slots[-1].offset + slots[-1].nbytes <= arenas[role, "in"].capacity
+        assert all(0 <= o <= INPUT_SLACK_BYTES for o in starts[REFERENCE] + starts[CANDIDATE])
+        assert len(set(starts[REFERENCE])) == 6 and starts[REFERENCE] != starts[CANDIDATE]
+    finally:
+        for a in arenas.values():
+            a.close()
+
+
+def test_without_slack_every_batch_starts_at_the_arenas_start(data_dir):
+    from evalfarm.judge.audits import AuditSchedule
+    from evalfarm.judge.roles import REFERENCE
+
+    planner, arenas = _planner(data_dir, 0)
+    try:
+        for _ in range(3):
+            plans = planner.plan(4, AuditSchedule(0.1, 4, random.Random(1)), warm_calls=False)
+            assert plans[0].calls[REFERENCE].in_slots[0].offset == 0
+    finally:
+        for a in arenas.values():
+            a.close()
 
 
 QUICK = ScoreConfig(num_correctness_inputs=40, timing_budget_s=0.5, min_timed_rounds=20, warm_call=False,

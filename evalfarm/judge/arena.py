@@ -135,6 +135,13 @@ class Arena:
     def reset(self) -> None:
         self._top = 0
 
+    def skip(self, nbytes: int) -> None:
+        """Leave ``nbytes`` (aligned) unused before the next slot."""
+        end = self._top + aligned(max(nbytes, 0))
+        if end > self.capacity:
+            raise MemoryError(f"arena full ({self.capacity} bytes)")
+        self._top = end
+
     def alloc(self, shape: tuple[int, ...], dtype: torch.dtype) -> Slot:
         slot = Slot(self._top, tuple(shape), dtype_name(dtype))
         end = self._top + aligned(max(slot.nbytes, 1))

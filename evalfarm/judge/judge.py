@@ -54,6 +54,7 @@ from evalfarm.judge.charges import Charges, clock_behind_events
 from evalfarm.judge.correctness import BlockLog, correctness_block_rounds, run_block
 from evalfarm.judge.exchange import Link, Switches, raise_worker_error
 from evalfarm.judge.lone_calls import run_lone_round, warm_call_wanted
+from evalfarm.judge.placement import INPUT_SLACK_BYTES
 from evalfarm.judge.quiet import QuietProbe
 from evalfarm.judge.roles import CANDIDATE, PROFILE_DIR, REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
@@ -235,7 +236,8 @@ class Judge:
         link = self.link
         memory = self.rounds_memory = allocate_arenas(
             cfg, self.correctness_only, ref, self.device, self.block_rounds,
-            {REFERENCE: link.ref, CANDIDATE: link.cand}, self.evidence, arenas)
+            {REFERENCE: link.ref, CANDIDATE: link.cand}, self.evidence, arenas,
+            INPUT_SLACK_BYTES if self.switches.place_calls else 0)
         self.block_rounds, self.timed = memory.block_rounds, memory.timed
         link.arenas = memory.arenas
         mark("setup_arenas")
@@ -304,7 +306,8 @@ class Judge:
             self.pair = TimedPair(memory.staging, memory.staging_layout)
         self.planner = RoundPlanner(memory.arenas, ref.source, ref.out_struct, self.rng, self.device,
                                     memory.rounds_per_batch, self.block_rounds, cfg.num_correctness_inputs,
-                                    self.timed, self.trace)
+                                    self.timed, self.trace, memory.input_slack,
+                                    random.Random(secrets.randbits(63)))
         self.audit = RoundAudit(memory.arenas, ref.tuple_out, cfg.tolerance, ref.mutates_inputs)
         result = self._measure()
         if result.ok and not self.correctness_only and self.evidence.timing is not None:

@@ -23,6 +23,7 @@ from evalfarm.judge.arena import Arena
 from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.blame import Verdicted
 from evalfarm.judge.inputs import InputSource
+from evalfarm.judge.placement import input_offset
 from evalfarm.judge.roles import CANDIDATE, REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
 from evalfarm.verdict import Verdict
@@ -63,6 +64,10 @@ class RoundPlanner:
     num_correctness_inputs: int
     timed: bool  # the timed rounds run in timed blocks
     trace: RoundTrace | None = None
+    # Timed batches' input slots start at a random offset below this in each worker's input arena
+    # (evalfarm.judge.placement), drawn from ``place_rng``; 0: at the arena's start.
+    input_slack: int = 0
+    place_rng: random.Random | None = None
 
     def plan(self, first_round: int, audits: AuditSchedule, warm_calls: bool) -> list[RoundPlan]:
         """The next batch from ``first_round``: arenas reset, slots allocated, outputs poisoned.
@@ -88,6 +93,9 @@ class RoundPlanner:
         # rounds run one call per exchange (a block's calls follow one another anyway).
         timed_block = self.timed and first_round >= n_correct
         warm_call = not timed_block and warm_calls
+        if timed_block and self.input_slack and self.place_rng is not None:
+            for role in (REFERENCE, CANDIDATE):
+                self.arenas[role, "in"].skip(input_offset(self.place_rng, self.input_slack))
         for k in range(count):
             r = first_round + k
             inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(r)]

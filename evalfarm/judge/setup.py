@@ -262,6 +262,7 @@ class RoundMemory:
     timed: bool  # timed blocks, until both workers confirm their gates
     in_bytes: int
     staging_layout: StagingLayout | None = None
+    input_slack: int = 0  # bytes to spare in each input arena (evalfarm.judge.placement)
     staging_areas: dict[str, Arena] = dataclasses.field(default_factory=dict)
     staging: dict[str, JudgeStaging] = dataclasses.field(default_factory=dict)
 
@@ -273,9 +274,11 @@ class RoundMemory:
 
 def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, device: torch.device,
                     block_rounds: range, workers: dict[str, WorkerHandle], evidence: Evidence,
-                    arenas: list[Arena]) -> RoundMemory:
+                    arenas: list[Arena], input_slack: int = 0) -> RoundMemory:
     """The rounds' input and output arenas (and with timed blocks each worker's staging area), as many
-    rounds per batch as the memory allows; each allocated is added to ``arenas`` (closed by the caller)."""
+    rounds per batch as the memory allows; each allocated is added to ``arenas`` (closed by the caller).
+    ``input_slack``: bytes more in each input arena where timed calls are placed (kept only with
+    timed blocks)."""
     sample = ref.source.inputs(-1)
     in_bytes = tensors_bytes(sample)
     # Timed blocks where a round's inputs fit the staging area; decided before the arenas, which
@@ -303,8 +306,11 @@ def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, de
             block_rounds = range(0)  # one call per exchange, as without blocks
         if rounds_per_batch < MIN_BLOCK_CALLS:
             timed = False  # timed rounds one call per exchange too
+        if not timed:
+            input_slack = 0
         allocated = {
-            (role, kind): Arena.allocate(n * rounds_per_batch, str(device), workers[role].arena_fds.pop(kind, None))
+            (role, kind): Arena.allocate(n * rounds_per_batch + (input_slack if kind == "in" else 0), str(device),
+                                         workers[role].arena_fds.pop(kind, None))
             for role in (REFERENCE, CANDIDATE) for kind, n in (("in", in_bytes), ("out", out_bytes))
         }
     except TaskTooLarge as err:
@@ -316,7 +322,7 @@ def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, de
     finally:
         evidence.memory = memory.evidence()
     arenas.extend(allocated.values())
-    out = RoundMemory(allocated, rounds_per_batch, block_rounds, timed, in_bytes, layout)
+    out = RoundMemory(allocated, rounds_per_batch, block_rounds, timed, in_bytes, layout, input_slack)
     if timed:
         assert layout is not None
         for role in (REFERENCE, CANDIDATE):

@@ -18,6 +18,7 @@ import pytest
 from attack_scoring import RUNTIME, own_network_namespace, score_attack, stale_memory_attack
 
 from evalfarm import ScoreConfig, Verdict
+from evalfarm.judge.placement import PLACE_CALLS_ENV
 from evalfarm.result import ScoreResult
 from evalfarm.sandbox import bubblewrap
 from evalfarm.scoring import as_task
@@ -349,15 +350,22 @@ def test_an_honest_candidate_shows_no_exchange_excess(task, data_dir, build_pool
 # --- attacks on the timed blocks (evalfarm.judge.timed_blocks) ------------------------------------
 
 
+@pytest.mark.parametrize("placed", ["0", "1"], ids=["unplaced", "placed"])
 @pytest.mark.parametrize("attack", ["timed_block_defer.py", "timed_block_batch_ahead.py"])
-def test_work_moved_between_the_calls_of_a_timed_block_is_not_paid(task, build_pool, attack):
+def test_work_moved_between_the_calls_of_a_timed_block_is_not_paid(task, build_pool, attack, placed, monkeypatch):
     # Correct outside timed blocks (so correctness passes); inside one, each call either returns an
     # output it fills in the next call, or returns outputs computed in an earlier call from the block's
     # other input slots. Outputs are copied out right after each call, and later calls' inputs arrive
-    # only right before them: what the block's audits check is wrong.
+    # only right before them: what the block's audits check is wrong. With timed calls placed anew
+    # (evalfarm.judge.placement, the GPU's default) a batch's slots start elsewhere each time, so the
+    # batching attack may find none of the addresses it computed ahead and run its extra work for
+    # nothing: then it is OK but slower than the reference. Either way it is not paid.
+    monkeypatch.setenv(PLACE_CALLS_ENV, placed)
     r = _score(task, RUNTIME / attack, build_pool)
-    assert r.verdict is not Verdict.OK and r.speedup is None, (r.verdict, r.speedup, r.detail)  # not paid
-    assert r.verdict is Verdict.HACK_DETECTED and "timed_output_audit" in r.detail, r.detail
+    paid = r.verdict is Verdict.OK and r.speedup is not None and r.speedup >= 1.0
+    assert not paid, (r.verdict, r.speedup, r.detail)
+    if placed == "0":  # the audits are what catches it
+        assert r.verdict is Verdict.HACK_DETECTED and "timed_output_audit" in r.detail, r.detail
 
 
 def test_a_forged_completion_word_buys_no_read_ahead(task, build_pool):
