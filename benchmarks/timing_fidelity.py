@@ -151,7 +151,9 @@ def farm_row(r) -> dict:
                 "excess_us": t.exchange_excess_us,
                 "pre_us": [t.pre_call_ref_us_median, t.pre_call_cand_us_median],
                 "untimed_us": [t.untimed_ref_us_median, t.untimed_cand_us_median],
-                "tail_us": [t.tail_ref_us_median, t.tail_cand_us_median]} if t else {})}
+                "tail_us": [t.tail_ref_us_median, t.tail_cand_us_median]} if t else {}),
+            # where the evaluation's time went (rounds_* split the timed rounds' exchange)
+            "phases_s": {k: round(v, 4) for k, v in (r.evidence.phases_s or {}).items()}}
 
 
 def repeats_table(rows: list[dict], protocols: list[str]) -> None:
