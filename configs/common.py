@@ -80,6 +80,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.distributed.coordinator_address = ""  # host:port of process 0 ("" = environment)
     c.distributed.num_processes = 0  # processes of the job (0 = from the environment / auto-detect)
     c.distributed.process_id = -1  # this process's index (-1 = from the environment / auto-detect)
+    c.distributed.heartbeat_timeout_s = 100  # a process silent this long is dead: every other process stops with an error
+    c.distributed.wait_timeout_s = 0.0  # longest wait for process 0's farm results and decisions (0 = farm.wait_timeout_s + 900)
 
     c.sft = ml_collections.ConfigDict()  # stage 1: supervised fine-tuning on (task prompt, code) pairs
     c.sft.steps = 200  # optimizer steps
