@@ -149,6 +149,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.farm.options = ml_collections.ConfigDict()  # evalfarm scoring options (evalfarm.config.ScoreConfig)
     c.farm.options.num_correctness_inputs = 1000  # correctness inputs per candidate
     c.farm.options.timing_budget_s = 10.0  # timing budget per candidate, seconds
+    c.farm.options.reverify_above = 3.0  # re-measure a score above this, or above 2x the task's best (0 = never)
 
     c.checkpoint_every = 10  # RL saves a checkpoint every this many steps (self-supervised: every round)
     c.keep_checkpoints = 2  # checkpoints kept per stage
