@@ -18,6 +18,7 @@ from typing import Any
 
 from learner.config_check import TrainConfigError, resume_conflicts, validate_config
 from learner.lm.sampler import SamplingConfig
+from learner.lm.sharding import batch_size_multiple
 from learner.report.metrics import MetricsWriter
 from learner.rl.exemplars import ExemplarDB, SampleRecord
 from learner.rl.farm import Farm, FarmSettings
@@ -145,6 +146,7 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
     tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
     heldout = frozenset(heldout_ids(cfg, tasks))
     policy = build_policy(cfg, workdir, _corpus(tasks))
+    _check_rows_split(cfg, policy.mesh)
     scale.run_memory_plan(cfg, policy.model_config, policy.mesh)
     mine = controller.is_controller()
     db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width)) if mine else None
@@ -154,6 +156,17 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
                farm_factory=lambda: Farm(settings, workdir, task_suite=str(cfg.tasks.suite),
                                          task_hashes={t.task_id: t.sha256 for t in tasks}),
                heldout=heldout)
+
+
+def _check_rows_split(cfg: Any, mesh: Any) -> None:
+    """Across processes every process samples its share of each `sampling.batch_size` rows, split
+    over its devices: refuse at start a batch size that does not split (one process replicates it)."""
+    if not controller.multi_process():
+        return
+    shards = batch_size_multiple(mesh)
+    if int(cfg.sampling.batch_size) % shards:
+        raise TrainConfigError(f"config.sampling.batch_size={cfg.sampling.batch_size}: across processes it must be "
+                               f"a multiple of the mesh's {shards} batch shards (data x fsdp)")
 
 
 def _record_config(cfg: Any, workdir: Path, record: bool) -> None:
