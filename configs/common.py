@@ -80,6 +80,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.distributed.coordinator_address = ""  # host:port of process 0 ("" = environment)
     c.distributed.num_processes = 0  # processes of the job (0 = from the environment / auto-detect)
     c.distributed.process_id = -1  # this process's index (-1 = from the environment / auto-detect)
+    c.distributed.heartbeat_timeout_s = 100  # a process silent this long is dead: every other process stops with an error
+    c.distributed.wait_timeout_s = 0.0  # longest wait for process 0's farm results and decisions (0 = farm.wait_timeout_s + 900)
 
     c.sft = ml_collections.ConfigDict()  # stage 1: supervised fine-tuning on (task prompt, code) pairs
     c.sft.steps = 200  # optimizer steps
@@ -147,6 +149,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.farm.options = ml_collections.ConfigDict()  # evalfarm scoring options (evalfarm.config.ScoreConfig)
     c.farm.options.num_correctness_inputs = 1000  # correctness inputs per candidate
     c.farm.options.timing_budget_s = 10.0  # timing budget per candidate, seconds
+    c.farm.options.reverify_above = 3.0  # re-measure a score above this, or above 2x the task's best (0 = never)
 
     c.checkpoint_every = 10  # RL saves a checkpoint every this many steps (self-supervised: every round)
     c.keep_checkpoints = 2  # checkpoints kept per stage

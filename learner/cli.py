@@ -163,9 +163,36 @@ def _run_config(command: str, run: Callable[[Any], Any], argv: list[str]) -> int
     try:
         run(cfg)
     except TrainConfigError as err:
+        _leave_if_multi_process(2, f"learner {command}: {err}")
         print(f"learner {command}: {err}", file=sys.stderr)
         return 2
+    except Exception as err:
+        import traceback
+
+        traceback.print_exc()
+        _leave_if_multi_process(1, f"learner {command}: {_process_name()} stops: {type(err).__name__}: "
+                                   f"{str(err).splitlines()[0] if str(err) else ''} (in a multi-process run "
+                                   "this often means another process died: see its log; every process stops)")
+        raise
     return 0
+
+
+def _process_name() -> str:
+    import jax
+
+    return f"process {jax.process_index()} of {jax.process_count()}"
+
+
+def _leave_if_multi_process(code: int, message: str) -> None:
+    """In a multi-process job, exit at once (`learner.runtime.distributed.leave_job`)."""
+    if "jax" not in sys.modules:
+        return
+    import jax
+
+    if jax.process_count() > 1:
+        from learner.runtime.distributed import leave_job
+
+        leave_job(code, message)
 
 
 def _train(argv: list[str]) -> int:

@@ -51,11 +51,12 @@ POSITIVE_INTS = ("max_seq_len", "sampling.max_new_tokens", "sampling.batch_size"
                  "sft.batch_size",
                  "selfsup.samples_per_task", "selfsup.batch_size", "selfsup.passes", "rl.tasks_per_step",
                  "rl.group_size", "eval.samples_per_task", "farm.local_daemons", "farm.local_slots",
-                 "keep_checkpoints", "checkpoint_every", "sft.checkpoint_every")
+                 "keep_checkpoints", "checkpoint_every", "sft.checkpoint_every",
+                 "distributed.heartbeat_timeout_s")
 NON_NEGATIVE = ("sft.steps", "selfsup.rounds", "rl.steps", "rl.num_exemplars", "eval.num_exemplars",
                 "sft.warmup_steps", "sft.decay_steps", "sft.learning_rate", "selfsup.learning_rate", "rl.learning_rate",
                 "rl.grpo.kl_coef", "sampling.temperature", "train.micro_batch_tokens",
-                "train.device_memory_gb")
+                "train.device_memory_gb", "distributed.wait_timeout_s")
 POSITIVE_FLOATS = ("rl.tau", "rl.bucket_width", "rl.reward_clip", "sampling.top_p")
 
 # Fields whose change makes an existing workdir's checkpoints / database rows wrong for the run.

@@ -47,6 +47,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
+
+from learner.runtime import controller
 from learner.runtime.distributed import distributed_config, maybe_initialize_distributed
 from learner.runtime.train_step import TrainState
 from learner.stages.evaluate import eval_pending, eval_stage, final_report
@@ -64,37 +67,48 @@ log = logging.getLogger(__name__)
 def train(cfg: Any) -> dict[str, Path]:
     """Run (or resume) the configured pipeline; returns the report's paths."""
     stage_list(cfg)  # a bad stage list is refused before anything starts
-    maybe_initialize_distributed(distributed_config(cfg))
+    if maybe_initialize_distributed(distributed_config(cfg)):
+        log.info("process %d of %d%s", jax.process_index(), jax.process_count(),
+                 " (the controller: farm, exemplar database, metrics, report)" if controller.is_controller() else "")
     run = open_run(cfg)
     try:
         measure_known_programs(run)  # once, before any stage: they seed the exemplar buckets
         for spec in run.specs.values():
             _run_stage(run, spec)
-        return final_report(run, run.stages)
+        paths = controller.share("report", lambda: final_report(run, run.stages))
+        controller.barrier("end")
+        return paths
     finally:
         run.close()
 
 
 def _run_stage(run: Run, spec: StageSpec) -> None:
-    """Run one stage from its latest checkpoint (or its start) to its last step, then evaluate it."""
+    """Run one stage from its latest checkpoint (or its start) to its last step, then evaluate it.
+
+    Every process reads the checkpoints (orbax restores collectively); process 0 alone answers
+    from its files and database (whether the stage is evaluated, which rows to drop)."""
     if stage_done(run, spec.name):
         run.policy.release()  # the initial weights start only the first stage
         log.info("stage %s already complete", spec.name)
-        if eval_pending(run, spec.name):  # restore the params only when they are needed
+        if _eval_pending(run, spec.name):  # restore the params only when they are needed
             eval_stage(run, spec.name, final_params(run, spec.name))
         return
     state, reference, restored = stage_state(run, spec.name, run.stages)
     run.policy.release()  # handed to this stage, or not needed: later stages start from checkpoints
-    dropped = run.db.truncate_after(spec.offset + restored)
+    dropped = controller.share("truncate", lambda: run.db.truncate_after(spec.offset + restored))
     if dropped:
         log.info("resume: dropped %d database rows newer than the checkpoint", dropped)
     log.info("stage %s: step %d of %d", spec.name, restored, spec.steps)
     if spec.uses_farm:
-        run.start_farm()
+        controller.share("farm", run.start_farm)  # a farm that cannot start stops every process
     state = STAGES[spec.name](run, spec, state, reference, restored)
     del reference
-    if eval_pending(run, spec.name):
+    if _eval_pending(run, spec.name):
         eval_stage(run, spec.name, state.params)
+
+
+def _eval_pending(run: Run, stage: str) -> bool:
+    return controller.share("eval-pending", lambda: eval_pending(run, stage))
 
 
 # the stages, in pipeline order: (run, spec, state, RL's reference params or None, step restored)

@@ -155,9 +155,12 @@ def shard_batch(batch: Any, mesh: Mesh | None) -> Any:
     if mesh is None:
         return jax.tree.map(jax.numpy.asarray, batch)
 
+    procs = jax.process_count()
+
     def one(x: Any) -> jax.Array:
         x = np.asarray(x)
-        spec = fit_spec(P(BATCH_AXES), x.shape[:1], mesh) if x.ndim else P()
+        # the global batch has every process's rows
+        spec = fit_spec(P(BATCH_AXES), (x.shape[0] * procs,), mesh) if x.ndim else P()
         if x.ndim and spec == P(None) and mesh.size > 1:
             _warn_replicated(int(x.shape[0]), batch_size_multiple(mesh))
         sharding = NamedSharding(mesh, spec)

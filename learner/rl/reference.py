@@ -11,9 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from learner.lm.config import ModelConfig
-from learner.lm.sharding import shard_batch
 from learner.rl.grpo import reference_logprobs
-from learner.runtime.scale import micro_batches_for
+from learner.runtime.scale import host_rows, micro_batches_for, padded_rows, place_rows
 from learner.runtime.train_step import TrainState
 
 
@@ -40,8 +39,12 @@ def reference_dtype(cfg: Any, model_cfg: ModelConfig) -> str:
 def batch_reference_logprobs(state: TrainState, ref_params: Any, batch: dict[str, np.ndarray],
                              tokens_per_micro_batch: int = 0) -> np.ndarray:
     """Reference log-probs of a host batch, micro-batched like the update, on the state's mesh."""
-    n = micro_batches_for(batch, state.mesh, tokens_per_micro_batch)
-    placed = shard_batch({"tokens": batch["tokens"], "loss_mask": batch["loss_mask"]}, state.mesh)
+    rows = int(np.shape(batch["tokens"])[0])
+    host = padded_rows({"tokens": batch["tokens"], "loss_mask": batch["loss_mask"]}, state.mesh)
+    n = micro_batches_for(host, state.mesh, tokens_per_micro_batch)
+    placed = place_rows(host, state.mesh)
     out = reference_logprobs(state.graphdef, ref_params, placed["tokens"], placed["loss_mask"],
                              micro_batches=n, mesh=state.mesh)
-    return np.asarray(jax.device_get(out))
+    if jax.process_count() == 1:
+        return np.asarray(jax.device_get(out))[:rows]
+    return host_rows(out, state.mesh, rows)

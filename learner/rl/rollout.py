@@ -15,9 +15,11 @@ import jax
 import numpy as np
 
 from learner.lm.engine import ContinuousSampler
-from learner.lm.sampler import Sampler, SamplingConfig
+from learner.lm.sampler import Sampler, SampleResult, SamplingConfig
+from learner.lm.sharding import batch_size_multiple
 from learner.lm.tokenizer import Tokenizer
 from learner.rl.prompts import ParseFailure, parse_response
+from learner.runtime import controller
 
 
 @dataclasses.dataclass
@@ -76,7 +78,11 @@ def generate_rollouts(
     prompts come in runs of G equal ones (GRPO's samples of one prompt) and G divides the batch
     size, each run shares one prefill (`Sampler.generate(group=G)`). A `ContinuousSampler` takes
     every prompt in one call and keeps its own rows busy (equal prompts refilled together share
-    one prefill)."""
+    one prefill).
+
+    Several processes (`learner.runtime.controller`): every process passes the same `prompts`;
+    each generates its contiguous share of every batch's rows and the results are gathered in
+    process order, so every process returns the same rollouts."""
     out: list[Rollout] = []
     t0 = time.perf_counter()
     new_tokens = 0
@@ -89,8 +95,8 @@ def generate_rollouts(
         real = len(chunk)
         if not isinstance(sampler, ContinuousSampler):  # a fixed shape: compiles once
             chunk += [chunk[0]] * (batch_size - real)
-        res = sampler.generate([p.token_ids for p in chunk], sampling, jax.random.fold_in(rng, start),
-                               group=share)
+        res = _generate_rows(sampler, [p.token_ids for p in chunk], sampling, jax.random.fold_in(rng, start),
+                             share)
         comps = res.completions()
         texts = tokenizer.decode_batch(comps[:real])
         for i in range(real):
@@ -107,6 +113,29 @@ def generate_rollouts(
                 finish_reason=res.finish_reasons[i],
             ))
     return out, GenerationStats(time.perf_counter() - t0, new_tokens)
+
+
+FINISH_REASONS = ("eos", "stop", "length")
+
+
+def _generate_rows(sampler: Sampler, rows: list[list[int]], sampling: SamplingConfig, rng: jax.Array,
+                   group: int) -> SampleResult:
+    """`sampler.generate` on a global batch of rows: in one process all of them; across processes
+    each generates its share (`controller.local_slice`) and the results are gathered in process
+    order. Whether rows share a prefill is decided on the whole batch, so every process compiles
+    the same program."""
+    if not controller.multi_process():
+        return sampler.generate(rows, sampling, rng, group=group)
+    mine = rows[controller.local_slice(len(rows))]
+    shards = batch_size_multiple(sampler.mesh) // jax.process_count() if sampler.mesh is not None else 1
+    if group > 1 and (len(mine) % group or (len(mine) // group) % max(1, shards)
+                      or not all(rows[i] == rows[i - i % group] for i in range(len(rows)))):
+        group = 1  # the distinct prompts of every process must split over its batch shards
+    res = sampler.generate(mine, sampling, rng, group=group)
+    codes = np.array([FINISH_REASONS.index(r) for r in res.finish_reasons], np.int32)
+    return SampleResult(tokens=controller.gather_rows(res.tokens), logprobs=controller.gather_rows(res.logprobs),
+                        lengths=controller.gather_rows(res.lengths),
+                        finish_reasons=[FINISH_REASONS[c] for c in controller.gather_rows(codes)])
 
 
 def _run_length(prompts: Sequence[Prompt]) -> int:

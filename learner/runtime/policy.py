@@ -23,6 +23,7 @@ from learner.lm.model import Transformer
 from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
 from learner.lm.tokenizer import Tokenizer
 from learner.lm.vocab import train_tokenizer
+from learner.runtime import controller
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,9 @@ def build_policy(cfg: Any, workdir: Path, corpus: Iterable[str]) -> Policy:
         model_cfg = model.cfg
         log.info("loaded %s (%.1fM params)", m.hf_dir, model_cfg.num_params() / 1e6)
     else:
+        corpus = list(corpus)
+        # process 0 fits and writes it, the others then read it (no two writers of one file)
+        controller.share("tokenizer", lambda: train_tokenizer(corpus, m.vocab_size, workdir / "tokenizer").vocab_size)
         tokenizer = train_tokenizer(corpus, m.vocab_size, workdir / "tokenizer")
         model_cfg = ModelConfig(
             vocab_size=tokenizer.vocab_size, hidden_size=m.hidden_size,

@@ -141,9 +141,12 @@ def create_train_state(
         opt_state = jax.jit(tx.init, out_shardings=tree_shardings(abstract, mesh, rules))(params)
     else:
         opt_state = jax.jit(tx.init)(params)
-    step, rng = jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed)
-    if mesh is not None:  # replicated on the mesh, as the step returns them: no second compile
-        step, rng = jax.device_put((step, rng), NamedSharding(mesh, P()))
+    def start() -> tuple[jax.Array, jax.Array]:
+        return jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed)
+
+    # replicated on the mesh, as the step returns them (no second compile); made by a jitted
+    # function, so that across processes they are global arrays too
+    step, rng = start() if mesh is None else jax.jit(start, out_shardings=NamedSharding(mesh, P()))()
     return TrainState(
         step=step,
         params=params,

@@ -1,6 +1,7 @@
 """Evaluation of a stage's final policy under every configured prompt form (the plain prompt, and
 the contrastive prompt with the run's frozen exemplars), kept in <workdir>/eval/<stage>.json;
-and the final report over the stages' evaluations."""
+and the final report over the stages' evaluations. Across processes every process samples its
+share of the rows; process 0 picks the frozen exemplars, scores, stores and writes the files."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from learner.report.stage_notes import stage_notes
 from learner.rl.exemplars import ExemplarDB, code_sha256
 from learner.rl.prompts import Exemplar
 from learner.rl.rollout import Prompt, generate_rollouts, repeat_prompt
+from learner.runtime import controller
 from learner.stages.programs import known_programs
 from learner.stages.run import Run
 from learner.stages.samples import (
@@ -45,6 +47,11 @@ def frozen_exemplars(run: Run) -> dict[str, list[Exemplar]]:
     order), else the slowest and the fastest distinct OK program; then the rest by speedup, up
     to `eval.num_exemplars`. Shown with their measured speedups. Written to
     <workdir>/eval_exemplars.json on first use."""
+    data = controller.share("frozen-exemplars", lambda: _frozen_exemplar_data(run))
+    return {t: [Exemplar(e["code"], float(e["speedup"])) for e in ex] for t, ex in data.items()}
+
+
+def _frozen_exemplar_data(run: Run) -> dict[str, list[dict[str, Any]]]:
     path = run.workdir / "eval_exemplars.json"
     src = Path(run.cfg.eval.exemplars_from) if run.cfg.eval.exemplars_from else path
     if src.is_file():
@@ -70,7 +77,7 @@ def frozen_exemplars(run: Run) -> dict[str, list[Exemplar]]:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.rename(path)
-    return {t: [Exemplar(e["code"], float(e["speedup"])) for e in ex] for t, ex in data.items()}
+    return data
 
 
 def _program_names(run: Run) -> dict[tuple[str, str], str]:
@@ -88,7 +95,7 @@ def evaluate(run: Run, params: Any, label: str, *, form: str, samples_per_task: 
     read from `run.measured`."""
     if form not in EVAL_FORMS:
         raise TrainConfigError(f"evaluation prompt form must be one of {', '.join(EVAL_FORMS)}, got {form!r}")
-    run.start_farm()
+    controller.share("farm", run.start_farm)  # a farm that cannot start stops every process
     sampler = make_sampler(run, params)
     frozen = frozen_exemplars(run) if form == "exemplars" else {}
     names = _program_names(run)
@@ -101,7 +108,7 @@ def evaluate(run: Run, params: Any, label: str, *, form: str, samples_per_task: 
                                     jax_key(run, 0, 9), policy_version=-1,
                                     batch_size=int(run.cfg.sampling.batch_size))
     outcomes, _ = wait_outcomes(run, rollouts, score_rollouts(run, rollouts, f"eval:{label}"))
-    if db is not None:
+    if db is not None and controller.is_controller():
         db.add_many(sample_records(rollouts, outcomes, {}, 0, f"eval:{label}:{form}"))
     samples = []
     for r in rollouts:
@@ -129,13 +136,19 @@ def eval_stage(run: Run, stage: str, params: Any) -> None:
     label = stage_label(run.cfg, stage)
     log.info("evaluating the policy %s", label)
     forms, rows = {}, {}
-    with ExemplarDB(run.workdir / "eval.sqlite") as edb:
+    edb = ExemplarDB(run.workdir / "eval.sqlite") if controller.is_controller() else None
+    try:
         for form in eval_forms(run.cfg):
             summary, samples = evaluate(run, params, stage, form=form,
                                         samples_per_task=int(run.cfg.eval.samples_per_task),
                                         temperature=float(run.cfg.eval.temperature), db=edb)
             forms[form] = {"summary": summary.to_dict(), "samples": samples}
             rows[f"{label} | {FORM_LABELS[form]}"] = summary
+    finally:
+        if edb is not None:
+            edb.close()
+    if not controller.is_controller():
+        return
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"label": label, "forms": forms}, indent=1))

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from learner.rl.exemplars import SampleRecord
 from learner.rl.prompts import PROMPT_VERSION
 from learner.rl.tasks import Program, sft_pairs_for, task_programs
+from learner.runtime import controller
 from learner.stages.run import Run, farm_device
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,8 @@ def measure_known_programs(run: Run) -> dict[str, float]:
     before any stage (`train`), and by the paths that evaluate without training."""
     if run.cfg.sft.measure_targets:
         progs = known_programs(run)
-        run.measured = measure_programs(run, progs) if progs else {}
+        # process 0 scores them and keeps them in its database; every process gets the speedups
+        run.measured = controller.share("known-programs", lambda: measure_programs(run, progs) if progs else {})
     return run.measured
 
 

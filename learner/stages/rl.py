@@ -24,7 +24,7 @@ from learner.rl.reference import batch_reference_logprobs
 from learner.rl.rewards import rewards
 from learner.rl.rollout import Prompt, Rollout, generate_rollouts, grpo_batch, repeat_prompt
 from learner.rl.tasks import TaskInfo
-from learner.runtime import scale
+from learner.runtime import controller, scale
 from learner.runtime.train_step import TrainState
 from learner.stages.run import Run
 from learner.stages.samples import (
@@ -65,7 +65,7 @@ def run_rl(run: Run, spec: RLSpec, state: TrainState, reference: Any, start: int
             bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['reward_mean']:.2f}")
             bar.update(1)
             save_checkpoint(ck, state, spec.checkpoint_every, spec.steps)
-    if pending is not None:  # pragma: no cover - only when the loop exits early
+    if pending is not None and controller.is_controller():  # pragma: no cover - only when the loop exits early
         run.farm.wait(pending.ids, 60.0)
     return state
 
@@ -73,7 +73,8 @@ def run_rl(run: Run, spec: RLSpec, state: TrainState, reference: Any, start: int
 def _rl_overlap(run: Run, spec: RLSpec) -> bool:
     """Whether RL samples step t+1 while the farm scores step t (rl.overlap; "auto": unless the
     local farm times kernels on this machine's CPU cores)."""
-    overlap = spec.overlap == "on" or (spec.overlap == "auto" and not run.farm.shares_cpu_with_learner)
+    overlap = spec.overlap == "on" or (spec.overlap == "auto" and not controller.share(
+        "farm-shares-cpu", lambda: run.farm.shares_cpu_with_learner))
     if spec.overlap == "auto" and not overlap:
         log.warning("rl.overlap is off: the local farm times kernels on this machine's CPU cores, and "
                     "sampling at the same time would distort its speedups (force with rl.overlap=on)")
@@ -116,7 +117,7 @@ def _rl_update(run: Run, spec: RLSpec, state: TrainState, reference: Any, batch:
     valid &= np.array(one_model_per_group(got, groups.tolist()))
     adv = group_advantages(reward, groups, valid, spec.grpo)
     reward_of = {r.sample_id: (float(reward[i]) if valid[i] else None) for i, r in enumerate(rollouts)}
-    run.db.add_many(sample_records(rollouts, outcomes, reward_of, gstep + 1, "rl"))
+    run.store(sample_records(rollouts, outcomes, reward_of, gstep + 1, "rl"))
     mbt = scale.micro_batch_tokens(run.cfg)
     b = grpo_batch(rollouts, adv, valid, run.policy.pad_id, int(run.cfg.max_seq_len))
     t_ref = time.perf_counter()
@@ -152,18 +153,25 @@ def _exemplars(run: Run, spec: RLSpec, task: TaskInfo, rng: np.random.Generator)
 
 def _rl_prompts(run: Run, spec: RLSpec, gstep: int) -> tuple[list[Prompt], float]:
     """`spec.group_size` samples of the contrastive prompt of each of `spec.tasks_per_step` RL
-    tasks drawn for global step `gstep`, and the mean number of exemplars shown."""
-    rng = np_rng(run, gstep, 3)
+    tasks drawn for global step `gstep`, and the mean number of exemplars shown. Process 0 draws
+    the tasks and their exemplars from its database; every process builds the same prompts."""
     tasks = run.rl_tasks
-    n_tasks = min(spec.tasks_per_step, len(tasks))
-    chosen = rng.choice(len(tasks), size=n_tasks, replace=False)
     out, shown = [], []
-    for g, ti in enumerate(sorted(int(i) for i in chosen)):
+    for g, (ti, exemplars) in enumerate(controller.share("rl-exemplars", lambda: _draw(run, spec, gstep))):
         task = tasks[ti]
-        fitted = prompt_ids(run, task, _exemplars(run, spec, task, rng))
+        fitted = prompt_ids(run, task, exemplars)
         if fitted is None:
             continue
         ids, n_shown = fitted
         shown.append(n_shown)
         out += repeat_prompt(f"rl-{gstep}", task.task_id, g, ids, spec.group_size)
     return out, float(np.mean(shown)) if shown else 0.0
+
+
+def _draw(run: Run, spec: RLSpec, gstep: int) -> list[tuple[int, list[Exemplar]]]:
+    """The RL tasks of global step `gstep` (indices into `run.rl_tasks`, ascending) and the
+    exemplars drawn for each, from one random stream seeded by the step."""
+    rng = np_rng(run, gstep, 3)
+    tasks = run.rl_tasks
+    chosen = rng.choice(len(tasks), size=min(spec.tasks_per_step, len(tasks)), replace=False)
+    return [(ti, _exemplars(run, spec, tasks[ti], rng)) for ti in sorted(int(i) for i in chosen)]

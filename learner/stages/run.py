@@ -1,6 +1,11 @@
 """The run: what every stage shares (config, stage specs, policy, task set, farm, exemplar
 database, metrics), opened (or reopened, on resume) once per process by `open_run`. The farm
-starts only when scoring begins (`Run.start_farm`)."""
+starts only when scoring begins (`Run.start_farm`).
+
+Across processes (`learner.runtime.controller`) process 0 is the controller: only it opens the
+exemplar database, writes metrics and the recorded config, and starts the farm; on the other
+processes `Run.db` and `Run.farm` raise, metrics go nowhere and `start_farm` does nothing. Every
+value the stages take from them reaches the other processes through `controller.share`."""
 
 from __future__ import annotations
 
@@ -13,8 +18,9 @@ from typing import Any
 
 from learner.config_check import TrainConfigError, resume_conflicts, validate_config
 from learner.lm.sampler import SamplingConfig
+from learner.lm.sharding import batch_size_multiple
 from learner.report.metrics import MetricsWriter
-from learner.rl.exemplars import ExemplarDB
+from learner.rl.exemplars import ExemplarDB, SampleRecord
 from learner.rl.farm import Farm, FarmSettings
 from learner.rl.prompts import contrastive_prompt, sft_prompt
 from learner.rl.tasks import (
@@ -25,7 +31,7 @@ from learner.rl.tasks import (
     resolve_task_ids,
     task_programs,
 )
-from learner.runtime import compile_cache, scale
+from learner.runtime import compile_cache, controller, scale
 from learner.runtime.policy import Policy, build_policy
 from learner.stages.specs import StageSpec, stage_list, stage_specs
 
@@ -41,13 +47,25 @@ class Run:
     workdir: Path
     policy: Policy
     tasks: list[TaskInfo]
-    db: ExemplarDB
-    writer: MetricsWriter
+    _db: ExemplarDB | None  # process 0's (None on the other processes)
+    writer: MetricsWriter | NoMetrics
     farm_factory: Callable[[], Farm]
     heldout: frozenset[str] = frozenset()  # task ids kept out of RL (evaluated only)
     measured: dict[str, float] = dataclasses.field(default_factory=dict)  # code sha -> speedup
     _farm: Farm | None = None
     _known: list[Program] | None = None
+
+    @property
+    def db(self) -> ExemplarDB:
+        """The exemplar database (process 0 only)."""
+        if self._db is None:
+            raise RuntimeError("the exemplar database lives in process 0 (learner.runtime.controller)")
+        return self._db
+
+    def store(self, records: Sequence[SampleRecord]) -> None:
+        """Add scored samples to the exemplar database (process 0; nothing elsewhere)."""
+        if self._db is not None:
+            self._db.add_many(records)
 
     @property
     def stages(self) -> list[str]:
@@ -60,15 +78,17 @@ class Run:
     @property
     def farm(self) -> Farm:
         """The running farm (`start_farm` starts it)."""
+        if not controller.is_controller():
+            raise RuntimeError("the farm session lives in process 0 (learner.runtime.controller)")
         if self._farm is None:
             raise RuntimeError("the farm is not started: call Run.start_farm() first")
         return self._farm
 
-    def start_farm(self) -> Farm:
-        """Start the farm (local daemons, or a client of `farm.endpoints`) unless it runs already."""
-        if self._farm is None:
+    def start_farm(self) -> None:
+        """Start the farm (local daemons, or a client of `farm.endpoints`) unless it runs already
+        (process 0 only: the other processes never talk to the farm)."""
+        if self._farm is None and controller.is_controller():
             self._farm = self.farm_factory()
-        return self._farm
 
     @property
     def task_by_id(self) -> dict[str, TaskInfo]:
@@ -101,7 +121,18 @@ class Run:
             self._farm.close()
             self._farm = None
         self.writer.close()
-        self.db.close()
+        if self._db is not None:
+            self._db.close()
+
+
+class NoMetrics:
+    """The metrics sink of the processes other than 0: every write goes nowhere."""
+
+    def write(self, step: int, metrics: dict[str, float], *, stage: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def open_run(cfg: Any, *, record_config: bool = True) -> Run:
@@ -110,8 +141,38 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
     validate_config(cfg)
     specs = stage_specs(cfg)
     workdir = Path(cfg.workdir)
+    controller.share("config", lambda: _record_config(cfg, workdir, record_config))
+    compile_cache.enable(cfg.jax_cache_dir, workdir)  # before the first compilation (build_policy)
+    tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
+    heldout = frozenset(heldout_ids(cfg, tasks))
+    policy = build_policy(cfg, workdir, _corpus(tasks))
+    _check_rows_split(cfg, policy.mesh)
+    scale.run_memory_plan(cfg, policy.model_config, policy.mesh)
+    mine = controller.is_controller()
+    db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width)) if mine else None
+    writer = MetricsWriter(workdir) if mine else NoMetrics()
+    settings = FarmSettings.from_config(cfg.farm)
+    return Run(cfg=cfg, specs=specs, workdir=workdir, policy=policy, tasks=tasks, _db=db, writer=writer,
+               farm_factory=lambda: Farm(settings, workdir, task_suite=str(cfg.tasks.suite),
+                                         task_hashes={t.task_id: t.sha256 for t in tasks}),
+               heldout=heldout)
+
+
+def _check_rows_split(cfg: Any, mesh: Any) -> None:
+    """Across processes every process samples its share of each `sampling.batch_size` rows, split
+    over its devices: refuse at start a batch size that does not split (one process replicates it)."""
+    if not controller.multi_process():
+        return
+    shards = batch_size_multiple(mesh)
+    if int(cfg.sampling.batch_size) % shards:
+        raise TrainConfigError(f"config.sampling.batch_size={cfg.sampling.batch_size}: across processes it must be "
+                               f"a multiple of the mesh's {shards} batch shards (data x fsdp)")
+
+
+def _record_config(cfg: Any, workdir: Path, record: bool) -> None:
+    """Refuse to resume a workdir under an incompatible config; record the config (process 0)."""
     recorded = workdir / "config.json"
-    if record_config and recorded.is_file() and (workdir / "ckpt").is_dir():
+    if record and recorded.is_file() and (workdir / "ckpt").is_dir():
         problems = resume_conflicts(json.loads(recorded.read_text()), cfg)
         if problems and not cfg.resume_force:
             raise TrainConfigError(
@@ -121,20 +182,8 @@ def open_run(cfg: Any, *, record_config: bool = True) -> Run:
         for p in problems:
             log.warning("resume_force: %s", p)
     workdir.mkdir(parents=True, exist_ok=True)
-    compile_cache.enable(cfg.jax_cache_dir, workdir)  # before the first compilation (build_policy)
-    if record_config:
+    if record:
         recorded.write_text(cfg.to_json_best_effort(indent=1))
-    tasks = load_task_set(cfg.tasks.suite, cfg.tasks.ids)
-    heldout = frozenset(heldout_ids(cfg, tasks))
-    policy = build_policy(cfg, workdir, _corpus(tasks))
-    scale.run_memory_plan(cfg, policy.model_config, policy.mesh)
-    db = ExemplarDB(workdir / "exemplars.sqlite", bucket_width=float(cfg.rl.bucket_width))
-    writer = MetricsWriter(workdir)
-    settings = FarmSettings.from_config(cfg.farm)
-    return Run(cfg=cfg, specs=specs, workdir=workdir, policy=policy, tasks=tasks, db=db, writer=writer,
-               farm_factory=lambda: Farm(settings, workdir, task_suite=str(cfg.tasks.suite),
-                                         task_hashes={t.task_id: t.sha256 for t in tasks}),
-               heldout=heldout)
 
 
 def heldout_ids(cfg: Any, tasks: Sequence[TaskInfo]) -> list[str]:

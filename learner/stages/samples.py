@@ -1,7 +1,8 @@
 """From a policy to scored samples, for every stage that samples and for evaluation: the sampler
 over the current params, prompt token ids that fit `max_seq_len - max_new_tokens`, submitting
 rollouts to the farm and waiting for their outcomes, a batch's database records and metrics, and
-the random streams seeded per global step."""
+the random streams seeded per global step. Across processes, process 0 submits and waits, and the
+outcomes reach every process (`learner.runtime.controller.share`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from learner.rl.farm import FarmOutcome, Outcome
 from learner.rl.prompts import PROMPT_VERSION, Exemplar, contrastive_prompt, sft_prompt
 from learner.rl.rollout import Prompt, Rollout, repeat_prompt
 from learner.rl.tasks import TaskInfo
+from learner.runtime import controller
 from learner.stages.run import Run
 
 log = logging.getLogger(__name__)
@@ -73,19 +75,26 @@ def sft_prompts(run: Run, prefix: str, per_task: int) -> list[Prompt]:
 
 
 def score_rollouts(run: Run, rollouts: Sequence[Rollout], stage: str) -> list[str]:
-    """Submit the parsed ones; returns their sample ids."""
+    """Submit the parsed ones (process 0; the others submit nothing); returns their sample ids."""
     items = [(r.sample_id, r.task_id, r.code,
               {"task": r.task_id, "stage": stage, "policy_version": str(r.policy_version)})
              for r in rollouts if r.code]
+    if not controller.is_controller():
+        return [sid for sid, *_ in items]
     run.farm.check_step_size(len(rollouts))
     return run.farm.submit_many(items, seed=rollouts[0].sample_id if rollouts else 0)
 
 
 def wait_outcomes(run: Run, rollouts: Sequence[Rollout], ids: Sequence[str]) -> tuple[dict[str, FarmOutcome], float]:
-    """Wait (bounded) for the farm; parse failures become PARSE_FAILURE outcomes."""
-    t0 = time.perf_counter()
-    got = run.farm.wait(ids, float(run.cfg.farm.wait_timeout_s)) if ids else {}
-    waited = time.perf_counter() - t0
+    """Wait (bounded) for the farm; parse failures become PARSE_FAILURE outcomes. Process 0 waits,
+    every process gets its outcomes and its wait."""
+
+    def wait() -> tuple[dict[str, FarmOutcome], float]:
+        t0 = time.perf_counter()
+        got = run.farm.wait(ids, float(run.cfg.farm.wait_timeout_s)) if ids else {}
+        return got, time.perf_counter() - t0
+
+    got, waited = controller.share("outcomes", wait)
     for r in rollouts:
         if not r.code:
             got[r.sample_id] = FarmOutcome(r.sample_id, Outcome.PARSE_FAILURE, detail=r.parse_failure)

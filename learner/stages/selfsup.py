@@ -61,7 +61,7 @@ def _selfsup_round(run: Run, spec: SelfSupSpec, state: TrainState, sampler: Samp
     outcomes, waited = wait_outcomes(run, rollouts, ids)
     given = rewards([outcomes[r.sample_id] for r in rollouts], spec.reward)
     reward_of = {r.sample_id: g for r, g in zip(rollouts, given, strict=True)}
-    run.db.add_many(sample_records(rollouts, outcomes, reward_of, gstep + k, "selfsup"))
+    run.store(sample_records(rollouts, outcomes, reward_of, gstep + k, "selfsup"))
     wins = [(r.prompt_ids, r.completion_ids) for r in rollouts if outcomes[r.sample_id].ok]
     m = outcome_metrics([outcomes[r.sample_id] for r in rollouts])
     m.update(tokens_per_s=gen.tokens_per_s, farm_wait_s=waited, successes_trained=len(wins),

@@ -15,6 +15,7 @@ from tqdm import tqdm
 from learner.config_check import STAGES as STAGE_ORDER
 from learner.config_check import TrainConfigError
 from learner.rl.reference import reference_copy, reference_dtype
+from learner.runtime import controller
 from learner.runtime.checkpoint import Checkpointer
 from learner.runtime.train_step import (
     TrainState,
@@ -119,8 +120,11 @@ def save_checkpoint(ck: Checkpointer, state: TrainState, every: int, total: int)
 
 
 def advance(state: TrainState, k: int) -> TrainState:
-    return state.replace(step=state.step + k)
+    """`state` with its step count `k` further (jitted: across processes the step is a global array)."""
+    sharding = getattr(state.step, "sharding", None)
+    return state.replace(step=jax.jit(lambda s: s + k, out_shardings=sharding)(state.step))
 
 
 def progress(run: Run, total: int, initial: int, desc: str) -> tqdm:
-    return tqdm(total=total, initial=initial, desc=desc, disable=not run.cfg.progress, dynamic_ncols=True)
+    return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True,
+                disable=not run.cfg.progress or not controller.is_controller())
