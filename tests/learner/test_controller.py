@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from loopback_job import free_port, process_env, run_job
 
 from learner.runtime import controller
 
 WORKER = Path(__file__).with_name("controller_worker.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_one_process_runs_make_and_keeps_every_row() -> None:
@@ -37,24 +30,13 @@ def test_one_process_runs_make_and_keeps_every_row() -> None:
 
 
 def test_two_processes_share_process_zeros_values_in_order(tmp_path: Path) -> None:
-    port = _free_port()
-    procs = []
+    port = free_port()
+    envs = []
     for pid in range(2):
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "LEARNER_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
-               "LEARNER_NUM_PROCESSES": "2", "LEARNER_PROCESS_ID": str(pid)}
+        env = process_env(port, 2, pid, {**os.environ, "JAX_PLATFORMS": "cpu"})
         env.pop("XLA_FLAGS", None)
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), str(tmp_path / "seen")], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    logs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        logs.append(out[-3000:])
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+        envs.append(env)
+    run_job([sys.executable, str(WORKER), str(tmp_path / "seen")], envs, timeout_s=240)
     seen = [json.loads((tmp_path / f"seen{i}").read_text()) for i in range(2)]
     for i, s in enumerate(seen):
         assert s["small"] == {"from": 0, "rows": [3, 1, 2]}  # process 0's value everywhere

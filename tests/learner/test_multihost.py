@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from loopback_job import free_port, process_env, run_job
 
 WORKER = Path(__file__).with_name("multihost_worker.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _single_device_reference() -> dict[str, object]:
@@ -46,26 +39,11 @@ def _single_device_reference() -> dict[str, object]:
 
 @pytest.mark.long  # two JAX processes on loopback and a one-device run: about 85 s on 2 cores
 def test_two_processes_on_loopback_match_one_device(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "result.json"
-    procs = []
-    for pid in range(2):
-        env = {**os.environ, "JAX_PLATFORMS": "cpu",
-               "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-               "LEARNER_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "LEARNER_NUM_PROCESSES": "2",
-               "LEARNER_PROCESS_ID": str(pid)}
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), str(out)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    logs = []
-    for p in procs:
-        try:
-            so, se = p.communicate(timeout=900)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        logs.append(so[-2000:] + se[-4000:])
-        assert p.returncode == 0, "\n".join(logs)
+    base = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    run_job([sys.executable, str(WORKER), str(out)], [process_env(port, 2, pid, base) for pid in range(2)],
+            timeout_s=900)
     got = json.loads(out.read_text())
     ref = _single_device_reference()
     np.testing.assert_allclose(got["losses"], ref["losses"], rtol=1e-5)

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from loopback_job import free_port, process_env
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHER = REPO / "scripts" / "learner_processes.sh"
@@ -84,12 +84,6 @@ def _env(devices: int = 1, **more: str) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _one_process(workdir: Path, shared: dict[str, Path], devices: int, *extra: str) -> str:
     res = subprocess.run([sys.executable, "-m", "learner", *_args(workdir, shared, *extra)], cwd=REPO,
                          env=_env(devices), capture_output=True, text=True, timeout=1200)
@@ -99,12 +93,11 @@ def _one_process(workdir: Path, shared: dict[str, Path], devices: int, *extra: s
 
 
 def _processes(n: int, workdir: Path, shared: dict[str, Path], logs: Path, *extra: str) -> list[subprocess.Popen]:
-    port = _free_port()
+    port = free_port()
     logs.mkdir(parents=True, exist_ok=True)
     procs = []
     for pid in range(n):
-        env = _env(1, LEARNER_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", LEARNER_NUM_PROCESSES=str(n),
-                   LEARNER_PROCESS_ID=str(pid))
+        env = process_env(port, n, pid, _env(1))
         with open(logs / f"process-{pid}.log", "w") as log:
             procs.append(subprocess.Popen([sys.executable, "-m", "learner", *_args(workdir, shared, *extra)],
                                           cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
