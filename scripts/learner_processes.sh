@@ -4,6 +4,7 @@
 # (farm, exemplar database, metrics, report: docs/training.md, "Several processes").
 #
 #   scripts/learner_processes.sh 2 train --config configs/gpu_cluster.py --config.workdir=runs/x
+#   scripts/learner_processes.sh 2 -m learner.bench.scaling run --parts rl   # another module
 #
 # Process 0 writes to this terminal; process i > 0 to $LEARNER_LOG_DIR/process-<i>.log (default:
 # the current directory). With GPUs, process i sees GPU i only (LEARNER_LOCAL_DEVICE_IDS=i; set
@@ -15,11 +16,16 @@
 # A process that dies stops the others within distributed.heartbeat_timeout_s.
 set -u
 if [ $# -lt 2 ]; then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 N=$1
 shift
+MODULE=learner
+if [ "$1" = "-m" ]; then
+  MODULE=${2:?-m needs a module}
+  shift 2
+fi
 PY=${PYTHON:-python3}
 PORT=${LEARNER_PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 LOGS=${LEARNER_LOG_DIR:-.}
@@ -38,10 +44,10 @@ for ((i = 0; i < N; i++)); do
   fi
   if [ "$i" -eq 0 ]; then
     env "${env_ids[@]}" LEARNER_COORDINATOR_ADDRESS="127.0.0.1:$PORT" LEARNER_NUM_PROCESSES="$N" \
-      LEARNER_PROCESS_ID="$i" "$PY" -m learner "$@" &
+      LEARNER_PROCESS_ID="$i" "$PY" -m "$MODULE" "$@" &
   else
     env "${env_ids[@]}" LEARNER_COORDINATOR_ADDRESS="127.0.0.1:$PORT" LEARNER_NUM_PROCESSES="$N" \
-      LEARNER_PROCESS_ID="$i" "$PY" -m learner "$@" >"$LOGS/process-$i.log" 2>&1 &
+      LEARNER_PROCESS_ID="$i" "$PY" -m "$MODULE" "$@" >"$LOGS/process-$i.log" 2>&1 &
   fi
   pids+=($!)
 done

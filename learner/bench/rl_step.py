@@ -25,13 +25,19 @@ from learner.lm.sampler import Sampler, SamplingConfig
 from learner.lm.sharding import MeshConfig, create_sharded_model, make_mesh
 from learner.rl.grpo import GRPOConfig, make_grpo_loss
 from learner.rl.reference import batch_reference_logprobs, reference_copy
+from learner.rl.rollout import generate_rows
 from learner.runtime.scale import micro_batches_for, step
 from learner.runtime.train_step import OptimizerConfig, create_train_state, make_optimizer
 
 
+def local_devices_of(devices: Sequence[jax.Device]) -> list[jax.Device]:
+    """Those of `devices` this process drives (all of them in a one-process run)."""
+    return [d for d in devices if d.process_index == jax.process_index()]
+
+
 def _peak_gb(devices: Sequence[jax.Device] | None = None) -> float | None:
-    """The largest peak of memory in use over `devices` (default: the first local one)."""
-    peaks = [p for p in peak_gb_per_device(devices or jax.local_devices()[:1]) if p is not None]
+    """The largest peak of memory in use over this process's `devices` (default: its first one)."""
+    peaks = [p for p in peak_gb_per_device(local_devices_of(devices or jax.local_devices()[:1])) if p is not None]
     return max(peaks) if peaks else None
 
 
@@ -67,11 +73,13 @@ def timed_rl_step(state: Any, ref: Any, sampler: Sampler, distinct: np.ndarray, 
                   rows_per_generate: int | None = None) -> tuple[Any, dict[str, Any]]:
     """One GRPO step on `distinct` prompts x `group` samples, timed by phase: the rollout (in calls
     of `rows_per_generate` rows, default all), the reference log-probs, the micro-batched update
-    with the rollout copy's refresh. Returns the new state and the timings."""
+    with the rollout copy's refresh. Returns the new state and the timings. Across processes
+    (`jax.distributed`) every process passes the same arguments: each samples its share of the rows
+    and gets every process's completions back, as `learner train` does."""
     rows = [list(r) for r in np.repeat(distinct, group, axis=0)]
     per_call = rows_per_generate or len(rows)
     t0 = time.perf_counter()
-    results = [sampler.generate(rows[s:s + per_call], sc, jax.random.fold_in(key, s), group=group)
+    results = [generate_rows(sampler, rows[s:s + per_call], sc, jax.random.fold_in(key, s), group)
                for s in range(0, len(rows), per_call)]
     t1 = time.perf_counter()
     batch = _batch(distinct, group, np.concatenate([r.tokens for r in results]),

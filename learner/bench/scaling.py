@@ -13,7 +13,14 @@ prompt, reference log-probs, a micro-batched update) and `learner.bench.throughp
 writes `scaling_<N>.json`. The global batch is the suite's whatever N is; the micro-batch is
 fixed *per device* (`micro_batch_tokens_per_device` x N tokens over the mesh), so each device
 does the same work per micro-batch at every N. Run each N in its own process: the peaks of
-device memory are per process.
+device memory are per process. `--parts rl` measures the RL step alone.
+
+Across processes (one `jax.distributed` job, as `learner train` runs on several hosts), the same
+command in every process measures the RL step on the devices of all of them, each process
+sampling its share of the rows as `learner train` does; process 0 writes `scaling_<N>_p<P>.json`
+(its own devices' memory peaks), a row of its own in the table:
+
+    scripts/learner_processes.sh 2 -m learner.bench.scaling run --parts rl --out-dir $OUT/scaling
 
 `compare` reads every `scaling_<N>.json` and prints seconds per step by phase, rollout tokens/s,
 training MFU per GPU and the scaling efficiency, N-device throughput over N x the one-device
@@ -80,26 +87,44 @@ def pick_devices(spec: str | int) -> list[jax.Device]:
     return devices[:n]
 
 
+PARTS = ("rl", "train")
+
+
+def result_name(devices: int, tensor: int = 1, processes: int = 1) -> str:
+    """scaling_<N>.json, with _tensor<T> for a tensor split and _p<P> for P processes."""
+    return (f"scaling_{devices}" + ("" if tensor == 1 else f"_tensor{tensor}")
+            + ("" if processes == 1 else f"_p{processes}") + ".json")
+
+
 def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path, steps_per_check: int = 1,
-                tensor: int = 1) -> dict[str, Any]:
-    """One suite's RL and training steps on `devices`; written as scaling_<N>.json (with
+                tensor: int = 1, parts: Sequence[str] = PARTS) -> dict[str, Any]:
+    """One suite's RL and training steps (`parts`) on `devices`; written as scaling_<N>.json (with
     `tensor` > 1, scaling_<N>_tensor<T>.json: the mesh's tensor axis splits the weights, and the
     rollout copy's reads, `tensor` ways; the rest stay on fsdp). `steps_per_check`: the rollout's
-    decode steps per check of its loop condition (`sampling.steps_per_check`)."""
-    from learner.bench.rl_step import bench_rl_step, peak_gb_per_device
+    decode steps per check of its loop condition (`sampling.steps_per_check`). Across P processes
+    only the RL step runs (the training step's benchmark feeds one process's batch) and process 0
+    writes scaling_<N>_p<P>.json."""
+    from learner.bench.rl_step import bench_rl_step, local_devices_of, peak_gb_per_device
     from learner.bench.throughput import _suite_model, bench_train
 
     s = SUITES[suite]
     n = len(devices)
+    processes = jax.process_count()
     if tensor < 1 or n % tensor:
         raise ScalingArgumentError(f"tensor={tensor} must be >= 1 and divide the {n} device(s)")
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown or not parts:
+        raise ScalingArgumentError(f"parts {','.join(parts)}: choose from {','.join(PARTS)}")
+    if processes > 1 and "train" in parts:
+        raise ScalingArgumentError(f"{processes} processes: only the RL step runs across processes (--parts rl)")
     cfg = _suite_model(s["model"])
     result: dict[str, Any] = dict(
-        suite=suite, devices=n, tensor=tensor, device_kind=str(devices[0].device_kind), backend=jax.default_backend(),
-        jax_version=jax.__version__, model=dict(name=s["model"], num_params=cfg.num_params()),
-        peak_flops_per_device=s["peak_flops"], errors=[])
+        suite=suite, devices=n, tensor=tensor, processes=processes, device_kind=str(devices[0].device_kind),
+        backend=jax.default_backend(), jax_version=jax.__version__,
+        model=dict(name=s["model"], num_params=cfg.num_params()), peak_flops_per_device=s["peak_flops"], errors=[])
+    writer = jax.process_index() == 0
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / (f"scaling_{n}.json" if tensor == 1 else f"scaling_{n}_tensor{tensor}.json")
+    path = out_dir / result_name(n, tensor, processes)
     rl = {k: v for k, v in s["rl"].items() if k != "micro_batch_tokens_per_device"}
     tr = s["train"]
     jobs = [
@@ -112,6 +137,8 @@ def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path, steps_
             micro_batch_tokens=tr["micro_batch_tokens_per_device"] * n, devices=devices, tensor=tensor)),
     ]
     for key, job in jobs:
+        if key not in parts:
+            continue
         t0 = time.perf_counter()
         try:
             result[key] = job()
@@ -119,9 +146,13 @@ def run_scaling(suite: str, devices: Sequence[jax.Device], out_dir: Path, steps_
         except Exception as e:  # noqa: BLE001 - record an OOM and go on with the next part
             result["errors"].append(f"{key}: {type(e).__name__}: {str(e)[:800]}")
             log.exception("scaling part %s failed on %d device(s)", key, n)
+            if processes > 1:  # the other processes may be inside a collective this one left
+                raise
+        if writer:
+            path.write_text(json.dumps(result, indent=2))
+    result["peak_gb_per_device"] = peak_gb_per_device(local_devices_of(devices))
+    if writer:
         path.write_text(json.dumps(result, indent=2))
-    result["peak_gb_per_device"] = peak_gb_per_device(devices)
-    path.write_text(json.dumps(result, indent=2))
     return result
 
 
@@ -130,24 +161,28 @@ def efficiency(t_one: float, t_n: float, n: int) -> float:
     return t_one / (n * t_n)
 
 
-def load_runs(out_dir: Path) -> dict[tuple[int, int], dict[str, Any]]:
-    """Every scaling_*.json, keyed by (devices, tensor)."""
+def load_runs(out_dir: Path) -> dict[tuple[int, int, int], dict[str, Any]]:
+    """Every scaling_*.json, keyed by (devices, tensor, processes)."""
     runs = {}
     for p in sorted(out_dir.glob("scaling_*.json")):
         r = json.loads(p.read_text())
-        runs[int(r["devices"]), int(r.get("tensor", 1))] = r
+        runs[int(r["devices"]), int(r.get("tensor", 1)), int(r.get("processes", 1))] = r
     return runs
 
 
-def compare_table(runs: dict[tuple[int, int], dict[str, Any]]) -> str:
-    """Markdown: one row per (devices, tensor split), as `load_runs` keys them, efficiencies
-    against the one-device run."""
-    if (1, 1) not in runs:
-        return "no one-device run (scaling_1.json): run `learner.bench.scaling run --devices 1` first"
-    one = runs[1, 1]
-    lines = [f"{one['model']['name']} ({one['model']['num_params'] / 1e9:.2f}B params, random init) on "
-             f"{one['device_kind']}, JAX {one['jax_version']}; same global batch at every N; rollout decode "
-             f"steps per loop check: {sorted({r.get('rl', {}).get('steps_per_check', 1) for r in runs.values()})}", "",
+def compare_table(runs: dict[tuple[int, ...], dict[str, Any]]) -> str:
+    """Markdown: one row per (devices, tensor split[, processes]), as `load_runs` keys them,
+    efficiencies against the one-device run."""
+    runs = {(k[0], k[1], k[2] if len(k) > 2 else 1): r for k, r in runs.items()}
+    if not runs:
+        return "no scaling_*.json: run `learner.bench.scaling run` first"
+    one = runs.get((1, 1, 1), {})
+    head = runs[min(runs)]
+    lines = [f"{head['model']['name']} ({head['model']['num_params'] / 1e9:.2f}B params, random init) on "
+             f"{head['device_kind']}, JAX {head['jax_version']}; same global batch at every N; rollout decode "
+             f"steps per loop check: {sorted({(r.get('rl') or {}).get('steps_per_check', 1) for r in runs.values()})}",
+             *([] if one else ["no one-device run (scaling_1.json), so no efficiencies: run "
+                               "`learner.bench.scaling run --devices 1` for them"]), "",
              "| GPUs | RL step s (rollout / reference / update) | rollout tok/s | RL efficiency "
              "(rollout / reference / update) | train step s | train MFU per GPU | train efficiency | "
              "peak GB per GPU | target |",
@@ -161,8 +196,8 @@ def compare_table(runs: dict[tuple[int, int], dict[str, Any]]) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:.0%}"
 
-    for n, t in sorted(runs):
-        r = runs[n, t]
+    for n, t, procs in sorted(runs):
+        r = runs[n, t, procs]
         rl, tr = r.get("rl"), r.get("train")
         rl_s = (f"{rl['step_s']:.2f} ({rl['rollout_s']:.2f} / {rl['reference_s']:.2f} / {rl['update_s']:.2f})"
                 if rl else "-")
@@ -174,11 +209,13 @@ def compare_table(runs: dict[tuple[int, int], dict[str, Any]]) -> str:
         peaks = [p for p in r.get("peak_gb_per_device") or [] if p is not None]
         peak = f"{max(peaks):.1f}" if peaks else "-"
         target = f">= {TARGETS[n]:.0%}" if n in TARGETS else "-"
-        label = str(n) if t == 1 else f"{n} (tensor {t})"
+        label = str(n) + "".join(f" ({x})" for x in ([f"tensor {t}"] if t > 1 else [])
+                                 + ([f"{procs} processes"] if procs > 1 else []))
         lines.append(f"| {label} | {rl_s} | {tok} | {rl_eff} | {tr_s} | {mfu} | "
                      f"{pct(eff('train', 'step_time_s', n, r))} | {peak} | {target} |")
-    for n, t in sorted(runs):
-        lines += [f"| error ({n} devices{'' if t == 1 else f', tensor {t}'}) | {e[:200]} | | | | | | | |" for e in runs[n, t].get("errors", [])]
+    for n, t, procs in sorted(runs):
+        where = f"{n} devices" + ("" if t == 1 else f", tensor {t}") + ("" if procs == 1 else f", {procs} processes")
+        lines += [f"| error ({where}) | {e[:200]} | | | | | | | |" for e in runs[n, t, procs].get("errors", [])]
     return "\n".join(lines)
 
 
@@ -425,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--suite", choices=sorted(SUITES), default="1.5b")
     r.add_argument("--out-dir", type=Path, default=Path("bench-out/scaling"))
     add_steps_per_check(r)
+    r.add_argument("--parts", default=",".join(PARTS), help="what to measure: rl, train or both (comma-separated)")
     r.add_argument("--tensor", type=int, default=1,
                    help="devices on the mesh's tensor axis (splits the weights and the rollout copy's reads); "
                         "must divide the device count")
@@ -449,10 +487,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare":
         print(compare_table(load_runs(args.out_dir)), flush=True)
         return 0
+    if args.command == "run":
+        from learner.runtime.distributed import maybe_initialize_distributed
+
+        maybe_initialize_distributed()  # several processes when LEARNER_NUM_PROCESSES etc. say so
     devices = pick_devices(args.devices)
     if args.command == "run":
         try:
-            res = run_scaling(args.suite, devices, args.out_dir, args.steps_per_check, args.tensor)
+            res = run_scaling(args.suite, devices, args.out_dir, args.steps_per_check, args.tensor,
+                              [x for x in args.parts.split(",") if x])
         except ScalingArgumentError as err:
             raise SystemExit(f"learner.bench.scaling run: {err}") from None
         print(json.dumps({k: res.get(k) for k in ("devices", "rl", "train", "errors")}, indent=1), flush=True)

@@ -95,7 +95,7 @@ def generate_rollouts(
         real = len(chunk)
         if not isinstance(sampler, ContinuousSampler):  # a fixed shape: compiles once
             chunk += [chunk[0]] * (batch_size - real)
-        res = _generate_rows(sampler, [p.token_ids for p in chunk], sampling, jax.random.fold_in(rng, start),
+        res = generate_rows(sampler, [p.token_ids for p in chunk], sampling, jax.random.fold_in(rng, start),
                              share)
         comps = res.completions()
         texts = tokenizer.decode_batch(comps[:real])
@@ -118,7 +118,7 @@ def generate_rollouts(
 FINISH_REASONS = ("eos", "stop", "length")
 
 
-def _generate_rows(sampler: Sampler, rows: list[list[int]], sampling: SamplingConfig, rng: jax.Array,
+def generate_rows(sampler: Sampler, rows: list[list[int]], sampling: SamplingConfig, rng: jax.Array,
                    group: int) -> SampleResult:
     """`sampler.generate` on a global batch of rows: in one process all of them; across processes
     each generates its share (`controller.local_slice`) and the results are gathered in process

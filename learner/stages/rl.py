@@ -53,6 +53,7 @@ def run_rl(run: Run, spec: RLSpec, state: TrainState, reference: Any, start: int
     overlap = _rl_overlap(run, spec)
     pending: _Batch | None = None
     with checkpointer(run, spec.name) as ck, progress(run, spec.steps, start, spec.name) as bar:
+        step_start = time.perf_counter()
         for step in range(start, spec.steps):
             gstep = spec.offset + step
             version = spec.offset + int(jax.device_get(state.step))
@@ -61,6 +62,8 @@ def run_rl(run: Run, spec: RLSpec, state: TrainState, reference: Any, start: int
             if overlap and step + 1 < spec.steps:  # the sampler works while the farm scores `batch`
                 pending = _rl_generate(run, spec, sampler, gstep + 1, version)
             state, m = _rl_update(run, spec, state, reference, batch, gstep, version, sampler, loss_fn)
+            now = time.perf_counter()
+            m["step_s"], step_start = now - step_start, now  # wall time since the previous step ended
             run.writer.write(gstep + 1, m, stage=spec.name)
             bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['reward_mean']:.2f}")
             bar.update(1)
@@ -86,6 +89,7 @@ class _Batch:
     rollouts: list[Rollout]
     ids: list[str]
     gen_tokens_per_s: float
+    generate_s: float
     num_exemplars: float
 
 
@@ -98,7 +102,7 @@ def _rl_generate(run: Run, spec: RLSpec, sampler: Sampler, gstep: int, version: 
                                       jax_key(run, gstep, 4), policy_version=version,
                                       batch_size=int(run.cfg.sampling.batch_size))
     ids = score_rollouts(run, rollouts, "rl")
-    return _Batch(rollouts, ids, gen.tokens_per_s, shown)
+    return _Batch(rollouts, ids, gen.tokens_per_s, gen.seconds, shown)
 
 
 def _rl_update(run: Run, spec: RLSpec, state: TrainState, reference: Any, batch: _Batch, gstep: int,
@@ -132,7 +136,7 @@ def _rl_update(run: Run, spec: RLSpec, state: TrainState, reference: Any, batch:
     m.update(reward_mean=float(reward[valid].mean()) if valid.any() else 0.0,
              adv_mean=float(adv[valid].mean()) if valid.any() else 0.0,
              adv_std=float(adv[valid].std()) if valid.any() else 0.0,
-             infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s,
+             infra_excluded=int((~valid).sum()), tokens_per_s=batch.gen_tokens_per_s, generate_s=batch.generate_s,
              farm_wait_s=waited, update_s=time.perf_counter() - t0, reference_s=ref_s,
              staleness=float(version - np.mean([r.policy_version for r in rollouts])),
              exemplars_in_prompt=batch.num_exemplars, learning_rate=spec.optimizer.learning_rate,

@@ -46,12 +46,26 @@ def test_compare_table_reports_each_device_count_against_one_device() -> None:
     row4 = next(line for line in table.splitlines() if line.startswith("| 4 |"))
     assert "80% (80% / 80% / 80%)" in row4  # 8 / (4 x 2.5)
     assert "| >= 90% |" in row4
-    assert "no one-device run" in compare_table({(4, 1): _run(4, 2.5, 1.25)})
+    alone = compare_table({(4, 1): _run(4, 2.5, 1.25)})
+    assert "no one-device run" in alone and "| 4 | 2.50 " in alone and "| - (- / - / -) |" in alone
     # A tensor-split run is a row of its own beside the fsdp-only run of the same device count.
     both = compare_table({(1, 1): _run(1, 8.0, 4.0), (4, 1): _run(4, 2.5, 1.25), (4, 2): _run(4, 2.0, 1.25)})
     row_t = next(line for line in both.splitlines() if line.startswith("| 4 (tensor 2) |"))
     assert "100% (100% / 100% / 100%)" in row_t  # 8 / (4 x 2.0)
     assert next(line for line in both.splitlines() if line.startswith("| 4 |"))
+    # So is a run of the same devices across processes (scaling_4_p4.json).
+    procs = compare_table({(1, 1, 1): _run(1, 8.0, 4.0), (4, 1, 1): _run(4, 2.5, 1.25), (4, 1, 4): _run(4, 4.0, 1.25)})
+    row_p = next(line for line in procs.splitlines() if line.startswith("| 4 (4 processes) |"))
+    assert "50% (50% / 50% / 50%)" in row_p  # 8 / (4 x 4.0)
+
+
+def test_result_names_and_parts() -> None:
+    from learner.bench.scaling import ScalingArgumentError, result_name, run_scaling
+
+    assert [result_name(2), result_name(4, 2), result_name(2, 1, 2), result_name(4, 2, 2)] == [
+        "scaling_2.json", "scaling_4_tensor2.json", "scaling_2_p2.json", "scaling_4_tensor2_p2.json"]
+    with pytest.raises(ScalingArgumentError, match="choose from rl,train"):
+        run_scaling("tiny", [None], Path("/nonexistent"), parts=["rl", "decode"])  # type: ignore[list-item]
 
 
 def test_a_tensor_split_that_does_not_divide_the_devices_is_refused() -> None:
@@ -99,6 +113,30 @@ def test_scaling_run_on_one_and_four_devices_keeps_the_global_batch(tmp_path: Pa
     table = _cli(["compare", "--out-dir", str(tmp_path)], devices=1).stdout
     assert next(line for line in table.splitlines() if line.startswith("| 4 |"))
     assert next(line for line in table.splitlines() if line.startswith("| 4 (tensor 2) |"))
+
+
+@pytest.mark.long  # one tiny RL step in one process on 2 devices and in 2 processes: ~1-2 minutes on 2 cores
+def test_the_rl_step_runs_across_two_processes_through_the_launcher(tmp_path: Path) -> None:
+    _cli(["run", "--suite", "tiny", "--parts", "rl", "--devices", "2", "--out-dir", str(tmp_path)], devices=2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEARNER_", "JAX_", "XLA_"))}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), PYTHON=sys.executable, LEARNER_LOG_DIR=str(tmp_path / "logs"))
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "learner_processes.sh"), "2", "-m", "learner.bench.scaling",
+                           "run", "--suite", "tiny", "--parts", "rl", "--out-dir", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + (tmp_path / "logs" / "process-1.log").read_text()[-3000:]
+    one, two = (json.loads((tmp_path / name).read_text()) for name in ("scaling_2.json", "scaling_2_p2.json"))
+    assert one["processes"] == 1 and two["processes"] == 2 and two["errors"] == [] and "train" not in two
+    # The same global batch on the same mesh: every row decoded, the same micro-batches.
+    for key in ("prompts", "group", "new_tokens", "micro_batches", "mesh"):
+        assert two["rl"][key] == one["rl"][key], key
+    table = _cli(["compare", "--out-dir", str(tmp_path)], devices=1).stdout
+    assert next(line for line in table.splitlines() if line.startswith("| 2 (2 processes) |"))
+    # The training step's benchmark across processes is refused before anything runs.
+    refused = subprocess.run(["bash", str(ROOT / "scripts" / "learner_processes.sh"), "2", "-m",
+                              "learner.bench.scaling", "run", "--suite", "tiny", "--out-dir", str(tmp_path / "no")],
+                             capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert refused.returncode != 0 and "only the RL step runs across processes" in refused.stderr
+    assert not (tmp_path / "no" / "scaling_2_p2.json").exists()
 
 
 @pytest.mark.long  # a scaling run of a config policy: about 30-60 s on 2 cores

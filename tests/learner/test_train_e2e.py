@@ -123,6 +123,8 @@ def test_three_stages_then_kill_during_rl_and_resume(tmp_path):
     last = _rl_lines(workdir)[-1]
     for key in ("success_rate", "reward_mean", "kl", "clip_frac", "tokens_per_s", "farm_wait_s", "samples"):
         assert key in last, key
+    # A step's wall time covers at least the part of it spent waiting on the farm and updating.
+    assert last["step_s"] >= last["farm_wait_s"] + last["update_s"] > 0 and last["generate_s"] > 0
     # Overlap: every step after a (re)start used samples from the policy one update older.
     assert last["staleness"] == 1.0 and _rl_lines(workdir)[0]["staleness"] == 0.0
 
