@@ -8,7 +8,9 @@
 #
 # Process 0 writes to this terminal; process i > 0 to $LEARNER_LOG_DIR/process-<i>.log (default:
 # the current directory). With GPUs, process i sees GPU i only (LEARNER_LOCAL_DEVICE_IDS=i; set
-# LEARNER_GPUS_PER_PROCESS=k to give each process k consecutive GPUs). Environment:
+# LEARNER_GPUS_PER_PROCESS=k to give each process k consecutive GPUs). Each process gets
+# LEARNER_PROCESSES_PER_HOST=N: N processes share this host's memory when they build the initial
+# weights there (learner.lm.sharding.init_placement). Environment:
 #   PYTHON             the interpreter (default: python3)
 #   LEARNER_PORT       the coordinator's port (default: a free one)
 #   LEARNER_LOG_DIR    where processes 1..N-1 write their logs
@@ -16,7 +18,7 @@
 # A process that dies stops the others within distributed.heartbeat_timeout_s.
 set -u
 if [ $# -lt 2 ]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 N=$1
@@ -44,10 +46,10 @@ for ((i = 0; i < N; i++)); do
   fi
   if [ "$i" -eq 0 ]; then
     env "${env_ids[@]}" LEARNER_COORDINATOR_ADDRESS="127.0.0.1:$PORT" LEARNER_NUM_PROCESSES="$N" \
-      LEARNER_PROCESS_ID="$i" "$PY" -m "$MODULE" "$@" &
+      LEARNER_PROCESS_ID="$i" LEARNER_PROCESSES_PER_HOST="$N" "$PY" -m "$MODULE" "$@" &
   else
     env "${env_ids[@]}" LEARNER_COORDINATOR_ADDRESS="127.0.0.1:$PORT" LEARNER_NUM_PROCESSES="$N" \
-      LEARNER_PROCESS_ID="$i" "$PY" -m "$MODULE" "$@" >"$LOGS/process-$i.log" 2>&1 &
+      LEARNER_PROCESS_ID="$i" LEARNER_PROCESSES_PER_HOST="$N" "$PY" -m "$MODULE" "$@" >"$LOGS/process-$i.log" 2>&1 &
   fi
   pids+=($!)
 done

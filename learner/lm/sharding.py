@@ -256,17 +256,17 @@ INIT_PLACEMENTS = ("auto", "device", "host", "jit")
 
 def init_placement(mesh: Mesh, state_bytes: int, requested: str = "auto") -> str:
     """Where `create_sharded_model` builds the weights (see there). "auto": on the device when the
-    mesh has one; else, in a single-process run, on the host when JAX has a CPU backend and the
-    weights take at most half of the host's memory; else one jitted program that writes each
-    shard where it lives (multi-process runs too)."""
+    mesh has one; else on the host when JAX has a CPU backend and every copy this host holds fits
+    in half of its memory (one copy per process: `LEARNER_PROCESSES_PER_HOST` processes of a
+    multi-process run share a host, default 1; `scripts/learner_processes.sh` sets it); else one
+    jitted program that writes each shard where it lives."""
     if requested not in INIT_PLACEMENTS:
         raise ValueError(f"init placement {requested!r}: expected one of {', '.join(INIT_PLACEMENTS)}")
     if requested != "auto":
         return requested
     if mesh.size == 1:
         return "device"
-    if jax.process_count() > 1:  # each process would hold its own host copy: one program instead
-        return "jit"
+    copies = processes_per_host() if jax.process_count() > 1 else 1
     try:
         jax.local_devices(backend="cpu")
     except RuntimeError:
@@ -275,7 +275,20 @@ def init_placement(mesh: Mesh, state_bytes: int, requested: str = "auto") -> str
         host_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return "jit"
-    return "host" if state_bytes <= host_bytes // 2 else "jit"
+    return "host" if state_bytes * copies <= host_bytes // 2 else "jit"
+
+
+def processes_per_host() -> int:
+    """How many processes of this multi-process run share this host (`LEARNER_PROCESSES_PER_HOST`,
+    default 1: one process per host, as on a pod)."""
+    raw = os.environ.get("LEARNER_PROCESSES_PER_HOST", "1")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"LEARNER_PROCESSES_PER_HOST={raw!r}: expected a whole number >= 1")
+    return n
 
 
 def create_sharded_model(
@@ -286,11 +299,13 @@ def create_sharded_model(
     mesh of several.
 
     The weights are built op by op ("device": on the mesh's only device; "host": in host memory,
-    then each shard copied to its device), so each initializer compiles once per distinct shape
-    and the layers' identical shapes share it. One jitted program for the whole model ("jit", the
-    fallback for weights larger than half the host's memory, and for multi-process runs) took
-    7 min 9 s to compile for a random 1.5B model on an H100 (28 layers, ~340 outputs; 11.7 s on
-    the CPU backend); the op-by-op build of the same model there took 4.0 s (docs/benchmarks.md)."""
+    then each shard copied to its device; across processes every process builds the same host
+    copy from the same seed and places its own shards), so each initializer compiles once per
+    distinct shape and the layers' identical shapes share it. One jitted program for the whole
+    model ("jit", the fallback for weights larger than half the host's memory) took 7 min 9 s to
+    compile for a random 1.5B model on an H100 (28 layers, ~340 outputs; 11.7 s on the CPU
+    backend), and more than 2.5 min in each of 2 processes on 2 H200s; the op-by-op build of the
+    same model took 4.0 s (docs/benchmarks.md)."""
     abstract = nnx.eval_shape(make)
     graphdef, abstract_state = nnx.split(abstract)
     shardings = tree_shardings(abstract_state, mesh, rules)

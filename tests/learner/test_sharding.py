@@ -81,3 +81,21 @@ def test_init_placement_choices() -> None:
     b = create_sharded_model(lambda: Transformer(TINY_CFG, rngs=nnx.Rngs(0)), mesh, placement="jit")
     for x, y in zip(jax.tree.leaves(nnx.state(a)), jax.tree.leaves(nnx.state(b)), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+
+
+def test_init_placement_across_processes_counts_one_host_copy_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several processes build the weights on their hosts when every copy a host holds fits in half
+    its memory (the whole-model jitted program took minutes to compile); else the jitted program."""
+    from types import SimpleNamespace
+
+    mesh = SimpleNamespace(size=2)  # init_placement reads only the mesh's size
+    host_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    quarter = host_bytes // 4
+    monkeypatch.setenv("LEARNER_PROCESSES_PER_HOST", "1")
+    assert init_placement(mesh, quarter) == "host"
+    monkeypatch.setenv("LEARNER_PROCESSES_PER_HOST", "4")  # four host copies of a quarter: jit
+    assert init_placement(mesh, quarter) == "jit"
+    monkeypatch.setenv("LEARNER_PROCESSES_PER_HOST", "none")
+    with pytest.raises(ValueError, match="LEARNER_PROCESSES_PER_HOST"):
+        init_placement(mesh, quarter)
