@@ -114,6 +114,13 @@ def show(title, res):
         show_row(name, s)
 
 
+def strict_float32() -> None:
+    """Full float32 matmuls and convolutions for what runs next, whatever ran before in this process."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
 def corpus(device: str, rounds: int, only: str = ""):
     from evalfarm.tasks.format import exec_module, instantiate_task
     from evalfarm.tasks.suite import resolve_task
@@ -126,6 +133,7 @@ def corpus(device: str, rounds: int, only: str = ""):
     print(f"\nhonest corpus on {device}: {len(kernels)} kernels (each row printed as it is measured)", flush=True)
     for n, h in enumerate(kernels, 1):
         started = time.monotonic()
+        strict_float32()  # a kernel that turned TF32 on (as one does) must not reach the next one's reference
         task = resolve_task(h.task)
         mod = instantiate_task(task, task.resolve_profile("auto", device))
         init = mod.get_init_inputs()
@@ -187,8 +195,7 @@ def main() -> int:
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    strict_float32()
     dev = args.device
     out = {}
     for n in ([] if args.no_matmul else [int(s) for s in args.sizes.split(",")]):
