@@ -40,9 +40,10 @@ test: $(STAMP)
 
 # The long scenarios: experiment-sized runs, the end-to-end scenarios that take minutes each (the
 # learner CLI killed and resumed, scaling and multi-host runs, the operator and hostile-tenant
-# drills, a 200-sample stream, a daemon's queue around a re-verification), benchmark smoke runs,
-# and CPU tests that compile C++ against torch's headers (20-45 s each on 2 cores). CI runs them
-# after `make test`, in a step of their own.
+# drills, a 200-sample stream, a daemon's queue around a re-verification, daemons killed
+# mid-stream), the honest corpus scored through the farm, benchmark smoke runs, and CPU tests that
+# compile C++ against torch's headers (20-45 s each on 2 cores). CI runs them after `make test`,
+# in a step of their own.
 test-long: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "long and not gpu" --durations=30
 

@@ -151,6 +151,7 @@ def test_killed_candidate_process_gives_verdict(spawn_daemon) -> None:
     assert wait_until(lambda: not worker_pids(), 30)
 
 
+@pytest.mark.long  # two daemons, one killed mid-stream, its work scored on the other: ~20 s on 2 cores
 def test_sigkill_daemon_midstream_work_moves(spawn_daemon) -> None:
     a = spawn_daemon("--slots", "1")
     b = spawn_daemon("--slots", "1")

@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+import pytest
 
 from evalfarm.tasks import builtin_suite
 from evalfarm.v1 import evalfarm_pb2 as pb
@@ -31,6 +32,7 @@ def _fast(task: str) -> str:
     return next(v for v in builtin_suite().variants(task) if v.kind == "fast" and v.runs_on("cpu")).load().source
 
 
+@pytest.mark.long  # a daemon's warm judges through several scores, then SIGKILL: ~20 s on 2 cores
 def test_daemon_scores_with_warm_judges_and_a_sigkill_takes_every_standby_down(spawn_daemon, data_dir):
     metrics_port = free_port()
     d = spawn_daemon("--slots", "1", "--warm-judges", "1", "--metrics-port", str(metrics_port))
