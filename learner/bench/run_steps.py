@@ -39,12 +39,14 @@ class RunSteps:
 
 @dataclass(frozen=True)
 class RowComparison:
-    """How one run's exemplar database compares with a reference run's."""
+    """How one run's exemplar database compares with a reference run's; `differences`: for the
+    first few rows that differ, the sample id and the columns whose values differ."""
 
     equal: int
     only_here: int
     only_there: int
     different: int
+    differences: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def rl_steps(name: str, workdir: Path) -> RunSteps:
@@ -77,11 +79,14 @@ def database_rows(workdir: Path) -> dict[str, tuple]:
     return {str(r[0]): tuple(r) for r in rows}
 
 
-def compare_rows(here: dict[str, tuple], there: dict[str, tuple]) -> RowComparison:
-    both = here.keys() & there.keys()
-    different = sum(here[k] != there[k] for k in both)
-    return RowComparison(equal=len(both) - different, only_here=len(here.keys() - there.keys()),
-                         only_there=len(there.keys() - here.keys()), different=different)
+def compare_rows(here: dict[str, tuple], there: dict[str, tuple], show: int = 5) -> RowComparison:
+    both = sorted(here.keys() & there.keys())
+    differing = [k for k in both if here[k] != there[k]]
+    differences = tuple((k, tuple(c for c, a, b in zip(COMPARED, here[k], there[k], strict=True) if a != b))
+                        for k in differing[:show])
+    return RowComparison(equal=len(both) - len(differing), only_here=len(here.keys() - there.keys()),
+                         only_there=len(there.keys() - here.keys()), different=len(differing),
+                         differences=differences)
 
 
 def table(runs: Sequence[RunSteps]) -> str:
@@ -116,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 c = compare_rows(database_rows(workdir), ref)
                 print(f"  {name}: {c.equal} equal, {c.different} different, {c.only_here} only in {name}, "
                       f"{c.only_there} only in {ref_name}")
+                for sample_id, columns in c.differences:
+                    print(f"    {sample_id}: {', '.join(columns)} differ")
     except (FileNotFoundError, sqlite3.Error, json.JSONDecodeError) as err:
         raise SystemExit(f"learner.bench.run_steps: {err}") from None
     return 0

@@ -41,6 +41,7 @@ def test_databases_compare_row_by_row(tmp_path: Path) -> None:
     b = _workdir(tmp_path, "b", [1.0], [_sample(1), _sample(2, speedup=2.0), _sample(4, None, "INCORRECT")])
     c = compare_rows(database_rows(b), database_rows(a))
     assert (c.equal, c.different, c.only_here, c.only_there) == (1, 1, 1, 1)
+    assert c.differences == (("s2", ("speedup", "reward")),)
     same = compare_rows(database_rows(a), database_rows(a))
     assert (same.equal, same.different, same.only_here, same.only_there) == (3, 0, 0, 0)
 
