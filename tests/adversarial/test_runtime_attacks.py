@@ -45,9 +45,14 @@ def test_a_candidate_that_tells_timed_rounds_from_blocks_is_caught_by_the_timed_
     unaudited = _score(task, attack, build_pool, audit_fraction=0.0, warm_call=warm_call)
     assert unaudited.verdict is Verdict.OK and unaudited.speedup is not None, (unaudited.verdict, unaudited.detail)
     assert unaudited.evidence.timing.block_rounds > 0
+    # The same run with the audits on is not paid: only the audits changed. The audit that finds
+    # it says so (HACK_DETECTED); a correctness round that catches it first (INCORRECT, seen on a
+    # loaded machine) refuses it as well.
     r = _score(task, attack, build_pool, warm_call=warm_call)
     assert r.verdict is not Verdict.OK and r.speedup is None, (r.verdict, r.speedup)  # not paid
-    assert r.verdict is Verdict.HACK_DETECTED and r.detail.startswith("guard timed_output_audit"), r.detail
+    assert r.verdict in (Verdict.HACK_DETECTED, Verdict.INCORRECT), (r.verdict, r.detail)
+    if r.verdict is Verdict.HACK_DETECTED:
+        assert r.detail.startswith("guard timed_output_audit"), r.detail
 
 
 def test_cache_keyed_by_input_pointer_is_not_ok(task, build_pool):
