@@ -124,6 +124,10 @@ class Evidence:
     # "flop_fraction", "byte_fraction"}, "cand": {...}, "peaks": {"flops_per_s", "dram_bytes_s", ...}}.
     # Fractions are null where the device's peaks are unknown (a CPU, a GPU not in the table).
     roofline: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Where the judge served several candidates of this task (evalfarm.judge.task_window): {"index"
+    # (this candidate's place, 1-based), "max_candidates", "shared_setup" (the task's set-up was an
+    # earlier candidate's), "setup_spared_s"}. Empty for a judge of one evaluation.
+    task_window: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -34,6 +34,7 @@ from evalfarm.judge import framing
 from evalfarm.judge.diagnose import Diagnostics
 from evalfarm.judge.standby import JudgeProcess, WarmJudges
 from evalfarm.judge.task_facts import TaskFacts, task_key
+from evalfarm.judge.task_window import request_key
 from evalfarm.result import Evidence, ScoreResult
 from evalfarm.sandbox import isolation
 from evalfarm.tasks.format import Candidate, Task, load_candidate_file, parse_candidate, parse_task
@@ -288,24 +289,30 @@ class Evaluation:
         allowed = run_budget(cfg, self._deadline_left())
         if allowed.seconds == 0.0:
             return ScoreResult.failure(Verdict.TIMEOUT, overrun_detail(cfg, allowed, self.deadline_s))
+        facts_key = task_key(task.source, task.size_profiles, cfg.size_profile, cfg.device)
+        request = {
+            "config": cfg.to_dict(), "task_name": task.name, "task_source": task.source,
+            "size_profiles": task.size_profiles, "candidate_source": self.candidate.source,
+            "cache_dir": str(self.pool.cache_dir), "arch": arch,
+            "expected_extensions": self._expected_extensions, "failed_extensions": self._failed_extensions,
+            "task_facts": self.facts.get(facts_key),
+            **(extra or {}),
+        }
+        window = self.judges.window_request() if self.judges is not None else None
+        window_key = ""
+        if window is not None:  # a judge may keep this task's set-up for the next (evalfarm.judge.task_window)
+            request["window"] = window
+            window_key = request_key(request)
         with self._lock:
             if self._cancelled:
                 return ScoreResult.failure(Verdict.INFRA_ERROR, "cancelled")
-            judge = (self.judges.take(cfg.device) if self.judges is not None
+            judge = (self.judges.take(cfg.device, window_key) if self.judges is not None
                      else JudgeProcess(cfg.device))
             self._judges.append(judge)
         age_s = judge.age_s
         conn = judge.conn
-        facts_key = task_key(task.source, task.size_profiles, cfg.size_profile, cfg.device)
         try:
-            framing.send_json(conn, {
-                "config": cfg.to_dict(), "task_name": task.name, "task_source": task.source,
-                "size_profiles": task.size_profiles, "candidate_source": self.candidate.source,
-                "cache_dir": str(self.pool.cache_dir), "arch": arch,
-                "expected_extensions": self._expected_extensions, "failed_extensions": self._failed_extensions,
-                "task_facts": self.facts.get(facts_key),
-                **(extra or {}),
-            })
+            framing.send_json(conn, request)
         except OSError:
             code = judge.proc.poll()
             return ScoreResult.failure(Verdict.INFRA_ERROR, f"the judge process ended before its request (code {code})")
@@ -352,6 +359,14 @@ class Evaluation:
                 continue
             if msg.get("op") == "result":
                 result = ScoreResult.from_dict(msg["result"])
+                if msg.get("window_open") is True and self.judges is not None and window_key:
+                    with self._lock:  # the judge is the pool's again, no longer this evaluation's
+                        self._judges.remove(judge)
+                        cancelled = self._cancelled
+                    if cancelled:
+                        judge.close()
+                    else:
+                        self.judges.park(judge, window_key)
                 self.facts.note(facts_key, result.evidence.memory)
                 # How long the judge had been up when its request came: its start-up, not waited for.
                 result.evidence.phases_s["judge_started_ahead"] = round(age_s, 3)

@@ -106,6 +106,8 @@ CHECKED_ELSEWHERE = {
     "runtime/memory_spread.py": "tests/adversarial/test_cgroup.py",
     "runtime/scratch_filler.py": "tests/adversarial/test_runtime_attacks.py",
     "runtime/syscall_prober.py": "tests/adversarial/test_seccomp.py",
+    "runtime/window_find_pairs.py": "tests/adversarial/test_task_windows.py",
+    "runtime/window_leave_pairs.py": "tests/adversarial/test_task_windows.py",
 }
 
 

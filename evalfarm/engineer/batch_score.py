@@ -15,6 +15,7 @@ from evalfarm.config import ScoreConfig
 from evalfarm.engineer.baseline import compile_candidate, speedup_vs
 from evalfarm.engineer.batch import BatchItem, result_row
 from evalfarm.judge.standby import WarmJudges
+from evalfarm.judge.task_window import WindowSpec
 from evalfarm.result import ScoreResult
 from evalfarm.tasks.format import Candidate, Task
 from evalfarm.verdict import Verdict
@@ -66,11 +67,11 @@ def local_scorer(config: ScoreConfig, resolve: Callable[[str], Task], baseline: 
         started = build_all_ahead(items)
         if started:
             log.info("building %d candidates' extensions ahead, in parallel", started)
-        # On a GPU, each judge (one per candidate) starts while the one before it scores; a CPU
-        # evaluation uses every core, so there it would only compete (docs/benchmarks.md).
-        pool = build_pool if build_pool is not None else scoring.default_build_pool()
-        judges = (WarmJudges({config.device: 1}, cache_dir=str(pool.cache_dir))
-                  if len(items) > 1 and config.device != "cpu" else None)
+        # On a GPU, a standby judge starts while the one before it scores; a CPU evaluation uses
+        # every core, so there it would only compete (docs/benchmarks.md). On both, a judge keeps
+        # its task's set-up for the batch's next candidates of that task (evalfarm.judge.task_window).
+        judges = (WarmJudges({config.device: 1} if config.device != "cpu" else {}, window=WindowSpec())
+                  if len(items) > 1 else None)
         try:
             yield from score_items(items, judges)
         finally:

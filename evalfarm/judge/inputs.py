@@ -35,6 +35,11 @@ class InputSource:
         self.widen_spec = precision.WidenSpec()
         self.widened_rounds: frozenset[int] = frozenset()
 
+    def fresh(self) -> InputSource:
+        """A source over the same task module with a new secret: inputs nobody has drawn yet
+        (the next candidate of a task window, evalfarm.judge.task_window)."""
+        return InputSource(self.module, str(self.device))
+
     def seed_for(self, purpose: str, index: int) -> int:
         h = hashlib.blake2b(f"{purpose}:{index}".encode(), key=self._secret, digest_size=8)
         return int.from_bytes(h.digest(), "little") & ((1 << 63) - 1)

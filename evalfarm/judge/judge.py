@@ -63,18 +63,21 @@ from evalfarm.judge.samples import RoundCounts, Samples
 from evalfarm.judge.setup import (
     Candidate,
     SetupClock,
+    TaskSetup,
     allocate_arenas,
     await_started,
     candidate_load,
     cuda_identity,
     device_facts,
     reference_load,
+    refresh_precision,
     set_up_precision,
     set_up_reference,
     take_gpu_lease,
     worker_cpu_cores,
 )
 from evalfarm.judge.state import set_clean_state
+from evalfarm.judge.task_window import WindowState
 from evalfarm.judge.timed_blocks import WARMUP_CALLS, TimedPair
 from evalfarm.judge.worker_processes import StartedWorkers, _visible, start_workers
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
@@ -97,7 +100,8 @@ PROFILE_TIMEOUT_S = 120.0
 
 class Judge:
     def __init__(self, request: dict[str, Any], report_pgid: Any, started: StartedWorkers | None = None,
-                 hold: RoundsHold | None = None, notify: Any = None) -> None:
+                 hold: RoundsHold | None = None, notify: Any = None, window: WindowState | None = None,
+                 shared: TaskSetup | None = None) -> None:
         self.config = ScoreConfig.from_dict(request["config"])
         self.task = Task(name=request["task_name"], source=request["task_source"],
                          size_profiles=request.get("size_profiles") or {})
@@ -159,6 +163,11 @@ class Judge:
         # (evalfarm.judge.roofline), both from the set-up (set_up_precision).
         self.precision_gate: precision.PrecisionGate | None = None
         self.roofline_counts: roofline.Counts | None = None
+        # A task window (evalfarm.judge.task_window): this candidate's place in it, the set-up an
+        # earlier candidate of the same key made (None: make it), and the set-up for the next.
+        self.window = window
+        self.shared = shared
+        self.task_setup: TaskSetup | None = None
 
     def run(self) -> ScoreResult:
         started = self._started
@@ -223,16 +232,30 @@ class Judge:
         torch.set_grad_enabled(False)
         mark = SetupClock(t0, self.setup_phases)
         mark("setup_device")
-        profile = self.task.resolve_profile(cfg.size_profile, self.device.type)
+        shared = self.shared if self.shared is not None and self.window is not None \
+            and self.shared.key == self.window.key else None
+        if shared is None:
+            profile = self.task.resolve_profile(cfg.size_profile, self.device.type)
+            ref, ref_model = set_up_reference(self.task, profile, self.device, self.task_facts, self.evidence, mark)
+            self.precision_gate, self.roofline_counts, self.evidence.precision = set_up_precision(
+                ref_model, ref.source, ref.out_struct, self.device, cfg, self.rng, mark)  # converts ref_model to float64
+            model64 = None
+            if self.window is not None and self.precision_gate is not None:
+                model64 = ref_model.to("cpu")  # kept for the window's later candidates, off the device
+            del ref_model
+        else:
+            # A later candidate of a task window (evalfarm.judge.task_window): the task's set-up is
+            # kept, the inputs' secret and everything drawn from it are new.
+            profile = shared.profile
+            ref = dataclasses.replace(shared.reference, source=shared.reference.source.fresh())
+            self.roofline_counts = shared.counts
+            self.precision_gate, self.evidence.precision = refresh_precision(
+                shared, ref.source, self.device, cfg, self.rng, mark)
         self.evidence.size_profile = profile
-        ref, ref_model = set_up_reference(self.task, profile, self.device, self.task_facts, self.evidence, mark)
         self.reference = ref
         if ref.degenerate:
             self.evidence.task_flags["degenerate"] = ref.degenerate
         self.bounds = Bounds(cfg, ref.t_ref)
-        self.precision_gate, self.roofline_counts, self.evidence.precision = set_up_precision(
-            ref_model, ref.source, ref.out_struct, self.device, cfg, self.rng, mark)  # converts ref_model to float64
-        del ref_model
         link = self.link
         memory = self.rounds_memory = allocate_arenas(
             cfg, self.correctness_only, ref, self.device, self.block_rounds,
@@ -241,7 +264,10 @@ class Judge:
         self.block_rounds, self.timed = memory.block_rounds, memory.timed
         link.arenas = memory.arenas
         mark("setup_arenas")
-        self.floor, flush_bytes = device_facts(self.device, ref.out_struct)
+        if shared is None:
+            self.floor, flush_bytes = device_facts(self.device, ref.out_struct)
+        else:
+            self.floor, flush_bytes = shared.floor, shared.flush_bytes
         self.evidence.inputs_on_device = ref.source.on_device
         if (self.switches.prepare_ahead or self.timed) and self.device.type == "cuda":
             # The judge's quiet-GPU probe (Link.judge_waits_quiet), its idle latency measured now, before
@@ -251,6 +277,15 @@ class Judge:
             self.trace.clock_reader = nvml_clock_reader(*cuda_identity(torch.cuda.get_device_properties(self.device)))
         mark("setup_device_facts")
         self.phases["judge_setup"] = time.monotonic() - t0
+        if self.window is not None:
+            self.evidence.task_window = self.window.evidence(shared is not None)
+            if shared is None:
+                assert self.roofline_counts is not None
+                self.task_setup = TaskSetup(self.window.key, profile, ref, model64, self.roofline_counts,
+                                            self.floor, flush_bytes, self.phases["judge_setup"])
+            else:
+                self.task_setup = shared
+                self.evidence.task_window["setup_spared_s"] = round(shared.setup_s, 4)
 
         t_load = time.monotonic()
         self._phase("load")

@@ -12,6 +12,7 @@ from the owner's go (``RoundsHold``), at most ``BEFORE_ROUNDS_TIMEOUT_S`` after 
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -26,7 +27,9 @@ from evalfarm import sandbox
 from evalfarm.judge import framing
 from evalfarm.judge.judge import Judge
 from evalfarm.judge.memory_plan import warm_meta
-from evalfarm.judge.worker_processes import StartedWorkers
+from evalfarm.judge.setup import TaskSetup
+from evalfarm.judge.task_window import WindowSpec, WindowState, request_key
+from evalfarm.judge.worker_processes import StartedWorkers, start_workers
 from evalfarm.result import ScoreResult
 from evalfarm.sandbox import lifetime
 from evalfarm.verdict import Verdict
@@ -187,34 +190,76 @@ def profiled(run: Any, out_dir: str) -> Any:
 def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[str],
           report_pgid: Any) -> None:
     """The judge process's life after evalfarm.judge.launch started its workers: warm the
-    device, wait for the request, evaluate, send the result, and leave."""
+    device, wait for the request, evaluate, send the result, and leave; or, where the request
+    opens a task window (evalfarm.judge.task_window), start fresh workers and serve the window's
+    next candidate, until the window is full, idle or ends."""
     note = warm_device(args.device)
     if note:
         hardening = [*hardening, note]
     request = wait_for_request(conn, started, args.request_timeout,
                                host_warm_up(args.device, os.environ.get(META_WARMUP_ENV, "")))
-    if request is None:
-        # A standby nobody took, an owner that went away, or a worker that died: nothing to report.
-        if started is not None:
-            started.close()
-        lifetime.kill_descendants()
-        if started is not None:
-            sandbox.wipe(started.tmp)
-        return
-
-    try:
-        judge = Judge(request, report_pgid, started, RoundsHold(conn), lambda msg: framing.send_json(conn, msg))
-        result = profiled(judge.run, os.environ.get(JUDGE_CPROFILE_ENV, ""))
-    except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
-        result = ScoreResult.failure(Verdict.INFRA_ERROR, "judge failed:\n" + traceback.format_exc()[-4000:])
-    result.evidence.isolation = [*result.evidence.isolation, *hardening]
-    framing.send_json(conn, {"op": "result", "result": result.to_dict()})
+    window: WindowState | None = None
+    shared: TaskSetup | None = None
+    while request is not None:
+        if window is None:
+            spec = WindowSpec.from_request(request)
+            window = WindowState(spec, request_key(request)) if spec is not None else None
+        try:
+            judge = Judge(request, report_pgid, started, RoundsHold(conn), lambda msg: framing.send_json(conn, msg),
+                          window, shared)
+            result = profiled(judge.run, os.environ.get(JUDGE_CPROFILE_ENV, ""))
+            shared = judge.task_setup
+        except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
+            result = ScoreResult.failure(Verdict.INFRA_ERROR, "judge failed:\n" + traceback.format_exc()[-4000:])
+            shared = None
+        result.evidence.isolation = [*result.evidence.isolation, *hardening]
+        stays = window is not None and shared is not None and window.continues(result.verdict is Verdict.INFRA_ERROR)
+        framing.send_json(conn, {"op": "result", "result": result.to_dict(), "window_open": stays})
+        started = None
+        request = None
+        if stays:
+            assert window is not None
+            del judge, result
+            request, started = next_in_window(conn, args, window, report_pgid)
+            if request is not None:
+                window.index += 1
+    # Nothing is left to serve (every evaluation's workers reaped, lease released, files wiped,
+    # result sent; or a standby nobody took): leave without the interpreter's teardown. Its C++
+    # destructors would print, for every CUDA arena a killed worker still mapped, "Producer process
+    # has been terminated before all shared CUDA tensors released" into the user's terminal; the
+    # driver frees the memory when the process ends.
+    if started is not None:
+        started.close()
+    lifetime.kill_descendants()
+    if started is not None:
+        sandbox.wipe(started.tmp)
     conn.close()
-    # Everything is done (workers reaped, lease released, files wiped, result sent): leave without
-    # the interpreter's teardown. Its C++ destructors would print, for every CUDA arena a killed
-    # worker still mapped, "Producer process has been terminated before all shared CUDA tensors
-    # released" into the user's terminal; the driver frees the memory when the process ends.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def next_in_window(conn: Any, args: Any, window: WindowState, report_pgid: Any
+                   ) -> tuple[dict[str, Any] | None, StartedWorkers | None]:
+    """After a window's candidate: fresh workers for the next one (the last one's were killed,
+    reaped and wiped by Judge.run), then its request, at most ``idle_s`` away. None when none
+    came, the owner went away, a worker died, the workers could not start, or the request is for
+    another task or settings (the owner routes by key: a mismatch is its error, and the judge
+    leaves rather than guess)."""
+    gc.collect()
+    if args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    try:
+        started = start_workers(args.device, report_pgid)
+    except Exception as err:  # noqa: BLE001 - the window ends; the owner starts a judge anew
+        log.warning("task window ends: fresh workers did not start: %s: %s", type(err).__name__, err)
+        return None, None
+    request = wait_for_request(conn, started, window.spec.idle_s)
+    if request is not None and not window.next_request_fits(request):
+        log.warning("task window ends: a request for another task or other settings")
+        framing.send_json(conn, {"op": "result", "window_open": False, "result": ScoreResult.failure(
+            Verdict.INFRA_ERROR, "the judge's task window got a request for another task or other settings; "
+            "submit it again").to_dict()})
+        request = None
+    return request, started

@@ -188,6 +188,46 @@ def set_up_precision(model: Any, source: InputSource, out_struct: list[tuple[tup
     return gate, counts, ev
 
 
+@dataclasses.dataclass
+class TaskSetup:
+    """What a judge learnt of its task and keeps across a task window (evalfarm.judge.task_window):
+    nothing of it depends on a candidate or on the inputs' secret."""
+
+    key: str  # evalfarm.judge.task_window.request_key of the request it was made for
+    profile: str
+    reference: Reference  # its ``source`` is replaced by a fresh one for every candidate
+    model64: Any  # the reference model in float64, kept on the host (None: no precision gate)
+    counts: roofline.Counts
+    floor: FloorFacts
+    flush_bytes: int
+    setup_s: float  # what the first candidate's set-up took: what each later one is spared
+
+
+def refresh_precision(setup: TaskSetup, source: InputSource, device: torch.device, cfg: ScoreConfig, rng: Any,
+                      mark: Mark) -> tuple[precision.PrecisionGate | None, dict[str, Any]]:
+    """The precision gate for a later candidate of a window: the kept float64 model on the device
+    again, ground truths computed from this candidate's own inputs, the model back on the host."""
+    reason = precision.not_applied_reason(cfg.precision, cfg.guard_policy,
+                                          [d for _s, d in setup.reference.out_struct])
+    if reason or setup.model64 is None:
+        mark("setup_precision")
+        return None, precision.not_applied(reason or "no float64 model kept for this task")
+    model = setup.model64
+    try:
+        model.to(device)
+        gate, ev = precision.prepare(model, source, setup.reference.out_struct, device, cfg.num_correctness_inputs,
+                                     rng, setup.counts.flops)
+    except Exception as err:  # noqa: BLE001 - the farm's problem, never the candidate's
+        source.widen(precision.WidenSpec(), ())
+        gate, ev = None, precision.not_applied(f"no float64 ground truth: {type(err).__name__}: {str(err)[:300]}")
+    finally:
+        model.to("cpu")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    mark("setup_precision")
+    return gate, (gate.evidence() if gate is not None else ev)
+
+
 def cuda_identity(props: Any) -> tuple[str | None, tuple[int, int, int] | None]:
     """(UUID, (PCI domain, bus, device)) of a CUDA device as the runtime reports it; None where unknown."""
     uuid = None

@@ -7,10 +7,14 @@ their device, then waits for its evaluation request. ``WarmJudges`` keeps a numb
 processes ready per device, so an evaluation takes one that has already paid its start-up and a
 replacement starts in its place.
 
-Isolation is unchanged: a judge and its workers serve exactly one evaluation and die with it; a
-standby has seen no task and no candidate, and nothing passes from one evaluation to the next
-(a fresh process tree, a fresh run directory, fresh arenas). A standby that waited longer than
-its idle timeout exits by itself; one that died is replaced when it would be taken.
+Isolation is unchanged: a judge's workers serve exactly one evaluation and die with it; a
+standby has seen no task and no candidate, and nothing of a candidate passes to the next (fresh
+workers, a fresh private directory, fresh arenas, fresh inputs). With a ``window``
+(evalfarm.judge.task_window), a judge whose evaluation ended well is *parked* under its request's
+key and serves the next evaluation of the same task and settings, which is spared the task's
+set-up; a parked judge not taken within the window's idle time exits by itself and is reaped here.
+A standby that waited longer than its idle timeout exits by itself; one that died is replaced when
+it would be taken.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from evalfarm import sandbox
 from evalfarm.judge import framing
 from evalfarm.judge.task_facts import TaskFacts
+from evalfarm.judge.task_window import WindowSpec
 from evalfarm.sandbox import lifetime
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,10 @@ DEFAULT_IDLE_TIMEOUT_S = 1800.0
 IDLE_MARGIN_S = 60.0
 # How long a cold judge (started for immediate use) waits for its request.
 COLD_REQUEST_TIMEOUT_S = 60.0
+# How long ``take`` waits for the pool's thread to start a judge before starting one itself.
+COLD_START_WAIT_S = 30.0
+# A parked judge this close to the end of its window's idle wait is not handed out.
+WINDOW_MARGIN_S = 2.0
 
 
 class JudgeProcess:
@@ -57,6 +66,12 @@ class JudgeProcess:
         self.startup: dict[str, float] = {}  # standby_imports, standby_startup (seconds after spawn)
         self.started = time.monotonic()
         self._closed = False
+        # The thread that started it: the judge dies with that thread (PR_SET_PDEATHSIG), so only a
+        # judge started by WarmJudges' own thread may outlive its first evaluation (``park``).
+        self.parent_thread = threading.current_thread()
+        # Parked for a task window: the key of its task and settings, and until when it waits.
+        self.window_key = ""
+        self.parked_until = 0.0
         tmp = tempfile.mkdtemp(prefix="judge-", dir=self.run_dir.path)
         os.chmod(tmp, 0o711)
         env = sandbox.judge_env(tmp, {**self.run_dir.env(), "EVALFARM_PARENT_PID": str(os.getpid())})
@@ -80,9 +95,21 @@ class JudgeProcess:
         return time.monotonic() - self.started
 
     def usable(self) -> bool:
-        """Alive, and far enough from its idle timeout to take a request."""
-        return (not self._closed and self.proc.poll() is None
-                and self.age_s < self.request_timeout_s - IDLE_MARGIN_S)
+        """Alive, and far enough from its idle timeout (a parked judge's: its window's) to take a request."""
+        if self._closed or self.proc.poll() is not None:
+            return False
+        if self.window_key:
+            return time.monotonic() < self.parked_until
+        return self.age_s < self.request_timeout_s - IDLE_MARGIN_S
+
+    def park(self, key: str, idle_s: float) -> None:
+        """Its evaluation ended with the window open: it now starts fresh workers (their process
+        groups reported anew) and waits at most ``idle_s`` for a request with ``key``."""
+        self.window_key = key
+        # Taken no later than this, so the request is read before the judge's own idle wait ends.
+        self.parked_until = time.monotonic() + max(0.0, idle_s - min(WINDOW_MARGIN_S, idle_s / 4))
+        self.worker_pgids = []  # the last evaluation's workers are reaped: never signal their ids again
+        self.ready = False  # until its fresh workers have started ("standby_ready")
 
     def note_message(self, msg: dict[str, Any]) -> bool:
         """Record a worker's process group or the judge's readiness; True when ``msg`` was one."""
@@ -145,7 +172,7 @@ class WarmJudges:
     CHECK_INTERVAL_S = 10.0
 
     def __init__(self, depth: dict[str, int], idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-                 hold_rounds: bool = True) -> None:
+                 hold_rounds: bool = True, window: WindowSpec | None = None, max_parked: int = 2) -> None:
         if any(n < 0 for n in depth.values()):
             raise ValueError(f"standby depth must be >= 0, got {depth}")
         if idle_timeout_s <= IDLE_MARGIN_S:
@@ -157,6 +184,17 @@ class WarmJudges:
         # (``wait_ready``); False: they time them too (the operator's --standby-hold off).
         self.hold_rounds = hold_rounds
         self._ready: dict[str, deque[JudgeProcess]] = {d: deque() for d in self.depth}
+        # Task windows (evalfarm.judge.task_window): None or a spec of one candidate keeps none.
+        self.window = window if window is not None and window.enabled else None
+        if max_parked < 1:
+            raise ValueError(f"max_parked must be >= 1, got {max_parked}")
+        self.max_parked = max_parked  # per device: the oldest parked judge beyond it is closed
+        self._parked: dict[str, deque[JudgeProcess]] = {}  # device -> parked judges, oldest first
+        self.taken_window = 0
+        # With windows, a judge needed now and not standing by is started by this object's thread
+        # too (so it may be parked after its evaluation): how many are asked for, and those started.
+        self._cold_wanted: dict[str, int] = {}
+        self._cold: dict[str, deque[JudgeProcess]] = {}
         self._cond = threading.Condition()
         self._closed = False
         self._wanted = False  # a top-up was asked for
@@ -169,13 +207,15 @@ class WarmJudges:
     def _start_standbys(self) -> None:
         with self._cond:
             while True:
-                if not self._wanted:
+                if not self._wanted and not any(self._cold_wanted.values()):
                     self._cond.wait(self.CHECK_INTERVAL_S)
                 if self._closed:
                     return
+                self._start_cold()
                 self._wanted = False
                 for device in self.depth:
                     self._top_up(device)
+                self._prune_parked()
                 self._passes += 1
                 self._cond.notify_all()
 
@@ -200,9 +240,61 @@ class WarmJudges:
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._passes >= target or self._closed, timeout_s)
 
-    def take(self, device: str) -> JudgeProcess:
-        """A judge for ``device``, owned by the caller from now on."""
+    def _start_cold(self) -> None:
+        """Start the judges takers asked for now (``take`` with windows on); under the lock."""
+        for device, n in list(self._cold_wanted.items()):
+            self._cold_wanted[device] = 0
+            for _ in range(n):
+                try:
+                    self._cold.setdefault(device, deque()).append(JudgeProcess(device))
+                except OSError as err:  # the taker starts one itself
+                    log.warning("event=judge_start_failed device=%s error=%r", device, err)
+        self._cond.notify_all()
+
+    def _prune_parked(self) -> None:
+        """Close parked judges whose window ended (idle, or they left); under the lock."""
+        for parked in self._parked.values():
+            for stale in [j for j in parked if not j.usable()]:
+                parked.remove(stale)
+                stale.close()
+
+    def window_request(self) -> dict[str, Any] | None:
+        """What a judge request carries to open a task window (None: windows are off)."""
+        return self.window.to_dict() if self.window is not None else None
+
+    def park(self, judge: JudgeProcess, key: str) -> bool:
+        """Keep ``judge`` (its evaluation ended with its window open) for the next evaluation with
+        ``key``; False, and the judge closed, where it cannot be kept (windows off, closing, or a
+        judge started by another thread, which dies with that thread)."""
         with self._cond:
+            if self.window is None or self._closed or judge.parent_thread is not self._starter or not key:
+                keep = False
+            else:
+                judge.park(key, self.window.idle_s)
+                parked = self._parked.setdefault(judge.device, deque())
+                parked.append(judge)
+                while len(parked) > self.max_parked:
+                    parked.popleft().close()
+                keep = True
+        if not keep:
+            judge.close()
+        return keep
+
+    def take(self, device: str, key: str = "") -> JudgeProcess:
+        """A judge for ``device``, owned by the caller from now on: one parked for ``key`` when
+        there is one (its task's set-up already made), else a standby or a fresh one."""
+        with self._cond:
+            parked = self._parked.get(device)
+            while key and parked:
+                match = next((j for j in parked if j.window_key == key), None)
+                if match is None:
+                    break
+                parked.remove(match)
+                if match.usable():
+                    self.taken_window += 1
+                    match.window_key = ""
+                    return match
+                match.close()
             judge = None
             ready = self._ready.get(device) if not self._closed else None
             while ready:
@@ -218,6 +310,14 @@ class WarmJudges:
                 self.taken_warm += 1
                 return judge
             self.taken_cold += 1
+            if self.window is not None and not self._closed and self._starter.is_alive():
+                # Started by this object's thread, so it can be parked after its evaluation.
+                self._cold_wanted[device] = self._cold_wanted.get(device, 0) + 1
+                self._cond.notify_all()
+                if self._cond.wait_for(lambda: bool(self._cold.get(device)) or self._closed, COLD_START_WAIT_S):
+                    cold = self._cold.get(device)
+                    if cold:
+                        return cold.popleft()
         return JudgeProcess(device)  # the caller's thread outlives its use of this judge
 
     def wait_ready(self, device: str, timeout_s: float, cancelled: Any = lambda: False) -> bool:
@@ -231,11 +331,12 @@ class WarmJudges:
                 ready = self._ready.get(device)
                 if ready is None or self._closed:
                     return True
-                for judge in ready:
+                parked = list(self._parked.get(device, ()))
+                for judge in [*ready, *parked]:
                     if not judge.ready:
                         judge._drain_reports()
                 settled = not self._wanted and len(ready) >= self.depth[device] and all(
-                    j.ready or j.proc.poll() is not None for j in ready)
+                    j.ready or j.proc.poll() is not None for j in [*ready, *parked])
             if settled:
                 return True
             if cancelled() or time.monotonic() >= deadline:
@@ -243,7 +344,10 @@ class WarmJudges:
             time.sleep(0.05)
 
     def stats(self) -> dict[str, int]:
-        return {"warm": self.taken_warm, "cold": self.taken_cold, "standing_by": self.standby_count()}
+        with self._cond:
+            parked = sum(len(q) for q in self._parked.values())
+        return {"warm": self.taken_warm, "cold": self.taken_cold, "standing_by": self.standby_count(),
+                "window": self.taken_window, "parked": parked}
 
     def standby_count(self) -> int:
         with self._cond:
@@ -253,7 +357,7 @@ class WarmJudges:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            for ready in self._ready.values():
+            for ready in [*self._ready.values(), *self._parked.values(), *self._cold.values()]:
                 while ready:
                     ready.popleft().close()
         if self._starter is not threading.current_thread():

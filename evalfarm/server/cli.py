@@ -76,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
     "tls_client_ca": None, "metrics_port": None, "health_port": None, "kernelbench_root": None,
     "cache_dir": str(DEFAULT_CACHE_DIR), "build_workers": _SERVER.build_workers, "warm_judges": _SERVER.warm_judges,
     "standby_hold": "on" if _SERVER.standby_hold else "off",
+    "task_window": _SERVER.task_window, "task_window_idle": _SERVER.task_window_idle_s,
     "max_source_bytes": _SERVER.max_source_bytes, "drain_timeout": _SERVER.drain_timeout_s,
     "max_eval_seconds": _SERVER.max_eval_s, "log_level": "INFO", "log_format": "logfmt", "exit_with_parent": False,
     "fault_threshold": _SERVER.fault_threshold, "probe_interval": _SERVER.probe_interval_s,
@@ -117,6 +118,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                    help="on: while a standby judge of its device starts up, an evaluation checks its "
                         "rounds but sets their times aside (a start-up competes for CPU and the GPU); off: "
                         "those rounds are timed too (docs/benchmarks.md, \"2b. Daemon benchmark\")")
+    p.add_argument("--task-window", type=int,
+                   help="candidates one judge serves in a row for one task and settings: the task's set-up "
+                        "(reference built and measured, float64 copy, memory plan) made once, fresh workers, "
+                        "arenas and inputs for each candidate; 1 gives every evaluation its own judge "
+                        "(default: 16 on GPU slots, 1 on CPU slots; docs/security.md, \"Task windows\")")
+    p.add_argument("--task-window-idle", type=float, metavar="SECONDS",
+                   help="how long a judge waits for its task's next candidate before it leaves")
     p.add_argument("--max-source-bytes", type=int,
                    help="largest candidate or task source accepted; a larger one is refused (INVALID_ARGUMENT)")
     p.add_argument("--drain-timeout", type=float, help="seconds to finish work on SIGTERM before cancelling it")
@@ -225,6 +233,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         build_workers=args.build_workers,
         warm_judges=args.warm_judges,
         standby_hold=args.standby_hold == "on",
+        task_window=args.task_window,
+        task_window_idle_s=args.task_window_idle,
         max_source_bytes=args.max_source_bytes,
         drain_timeout_s=args.drain_timeout,
         max_eval_s=args.max_eval_seconds,

@@ -41,6 +41,12 @@ class ServerConfig:
     # While a standby judge of its device starts up, an evaluation checks its rounds but sets their
     # times aside (evalfarm.judge.serve.RoundsHold); False: they are timed too.
     standby_hold: bool = True
+    # Candidates one judge serves in a row for one task and settings (evalfarm.judge.task_window:
+    # the task's set-up made once, fresh workers and inputs for each); 1: a judge per evaluation.
+    # None: 16 on GPU slots, 1 on CPU slots.
+    task_window: int | None = None
+    # How long a judge whose window is open waits for its task's next candidate.
+    task_window_idle_s: float = 30.0
     max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
     drain_timeout_s: float = 60.0
     # The longest one evaluation may take: its deadline when the request gives none (a longer
@@ -68,6 +74,10 @@ class ServerConfig:
             raise ServerConfigError("--build-workers must be >= 1")
         if self.warm_judges is not None and not 0 <= self.warm_judges <= 4:
             raise ServerConfigError(f"--warm-judges must be 0-4, got {self.warm_judges}")
+        if self.task_window is not None and not 1 <= self.task_window <= 256:
+            raise ServerConfigError(f"--task-window must be 1-256 candidates (1: off), got {self.task_window}")
+        if not 0 < self.task_window_idle_s <= 3600:
+            raise ServerConfigError(f"--task-window-idle must be in (0, 3600] seconds, got {self.task_window_idle_s:g}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ServerConfigError("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:
@@ -96,6 +106,12 @@ class ServerConfig:
         if self.warm_judges is not None:
             return self.warm_judges
         return 0 if self.device_mode == "cpu" else 1
+
+    @property
+    def task_window_candidates(self) -> int:
+        if self.task_window is not None:
+            return self.task_window
+        return 1 if self.device_mode == "cpu" else 16
 
     @property
     def slots(self) -> int:

@@ -88,11 +88,14 @@ class Daemon:
             if build_pool is None:
                 build_pool = self._make_build_pool()
             per_slot = config.standby_judges_per_slot
-            if per_slot > 0:
+            window = config.task_window_candidates
+            if per_slot > 0 or window > 1:
                 from evalfarm.judge.standby import WarmJudges
+                from evalfarm.judge.task_window import WindowSpec
 
                 self.judges = WarmJudges(dict(collections.Counter(config.devices * per_slot)),
-                                         hold_rounds=config.standby_hold)
+                                         hold_rounds=config.standby_hold,
+                                         window=WindowSpec(window, config.task_window_idle_s))
                 self.metrics.watch_warm_judges(self.judges.stats)
             backend = default_backend(self.judges)
         self.build_pool = build_pool

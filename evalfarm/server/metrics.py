@@ -113,13 +113,18 @@ class _WarmJudgesCollector(Collector):
             stats = {}
         c = CounterMetricFamily("evalfarm_judges_taken", "Judge processes handed to evaluations, by whether "
                                 "one started ahead was ready (warm) or one had to start then (cold)",
-                                labels=["start"])
+                                labels=["start"])  # warm, cold, or window: a judge kept for its task
         c.add_metric(["warm"], float(stats.get("warm", 0)))
         c.add_metric(["cold"], float(stats.get("cold", 0)))
+        c.add_metric(["window"], float(stats.get("window", 0)))
         yield c
         g = GaugeMetricFamily("evalfarm_judges_standing_by", "Judge processes started ahead, waiting")
         g.add_metric([], float(stats.get("standing_by", 0)))
         yield g
+        p = GaugeMetricFamily("evalfarm_judges_parked", "Judge processes keeping a task's set-up for its next "
+                              "candidate (task windows)")
+        p.add_metric([], float(stats.get("parked", 0)))
+        yield p
 
 
 class _SlotCollector(Collector):
