@@ -86,8 +86,8 @@ class ScoreConfig:
     # Resource limits for the candidate process.
     memory_limit_bytes: int = 16 << 30
     file_size_limit_bytes: int = 1 << 30
-    # Outlier re-verification: an OK score above this is measured again in a fresh judge and
-    # worker (new secret seed) and kept only if the two agree within 10%; else the lower one
+    # Outlier re-verification: an OK score above this is measured again with fresh workers
+    # (a new secret seed) and kept only if the two agree within 10%; else the lower one
     # is returned. 0 disables it.
     reverify_above: float = REVERIFY_ABOVE
     # Unseen sizes (evalfarm.other_sizes): after an OK verdict, re-check correctness at one other

@@ -4,7 +4,8 @@ DESIGN: "Any score > 3, or > 2x the best seen for the task, is re-measured on a 
 GPU and kept only if within 10%". This module owns the constants, the decision whether a
 result needs a second measurement (`needs_reverification`) and how the two measurements
 become one result (`merge`). Where the second measurement runs is the caller's business:
-`evalfarm.scoring` runs it in a fresh judge process on the same device; the farm client
+`evalfarm.scoring` runs it on the same device with fresh workers and a new secret (in the
+task window's judge where one is open: evalfarm.judge.task_window, else a fresh judge); the farm client
 (`evalfarm.client.core`) sends it, marked as a re-verification, to another daemon with the
 same GPU model, or to the same daemon when there is no such other daemon.
 

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--require-other-sizes", action="store_true",
                    help="a failure at the other size profile makes the verdict INCORRECT (default: off)")
     p.add_argument("--reverify-above", type=float, default=None, metavar="SPEEDUP",
-                   help="an OK score above this is measured again in a fresh judge and kept only if the two agree "
+                   help="an OK score above this is measured again with fresh workers and new inputs and kept only if the two agree "
                         f"within 10%%; 0 skips it (default: {d.reverify_above:g})")
     p.add_argument("--charge-exchange", choices=["auto", "on", "off"], nargs="?", const="on", default="auto",
                    help="add to every candidate call the time the judge's own clock saw beyond the calls the "

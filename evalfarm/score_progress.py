@@ -75,7 +75,7 @@ class PhasePrinter:
                     f"{c.timing_budget_s:g} s from the first round)")
         if phase == "reverify":
             return (f"re-verification: {facts.get('speedup')}x is above {c.reverify_above:g}x, measuring again in "
-                    "a fresh judge (same bounds; --reverify-above 0 skips it)")
+                    "fresh workers with new inputs (same bounds; --reverify-above 0 skips it)")
         if phase == "other_sizes":
             n = min(c.num_correctness_inputs, other_sizes.OTHER_SIZES_INPUTS)
             return (f"other sizes: correctness at size profile {facts.get('profile')!r}, {n} inputs "

@@ -241,7 +241,8 @@ class Evaluation:
         return result
 
     def _reverify(self, first: ScoreResult, arch: str) -> ScoreResult:
-        """Measure an outlier score again in a fresh judge and worker (rule: evalfarm.reverify)."""
+        """Measure an outlier score again with fresh workers and a new secret, in the task window's
+        judge where one is open (rule: evalfarm.reverify)."""
         if self._cancelled or not reverify.needs_reverification(first, above=self.config.reverify_above):
             return first
         self._tell("reverify", speedup=first.speedup)
