@@ -5,12 +5,14 @@ built-in one (files in the host's /tmp cross, but every candidate draws inputs o
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge.standby import WarmJudges
@@ -30,19 +32,24 @@ def _clean_pairs() -> None:
                 pass
 
 
-@pytest.mark.parametrize("sandbox", ["builtin", "auto"])
-def test_pairs_left_by_a_candidate_do_not_pay_the_next_one_of_its_window(sandbox, data_dir, build_pool,
+@pytest.mark.parametrize("device, sandbox", [
+    ("cpu", "builtin"), ("cpu", "auto"),
+    pytest.param("cuda", "auto", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA GPU")]),
+])
+def test_pairs_left_by_a_candidate_do_not_pay_the_next_one_of_its_window(device, sandbox, data_dir, build_pool,
                                                                          monkeypatch):
     monkeypatch.setenv("EVALFARM_SANDBOX", sandbox)
     task = as_task(str(data_dir / "task_scale.py"))
     judges = WarmJudges({}, window=WindowSpec(4, 30.0))
+    config = dataclasses.replace(QUICK, device=device)
     _clean_pairs()
     try:
-        leaver = score(task, as_candidate(str(ADV / "runtime" / "window_leave_pairs.py")), QUICK, build_pool,
+        leaver = score(task, as_candidate(str(ADV / "runtime" / "window_leave_pairs.py")), config, build_pool,
                        judges=judges)
         assert leaver.verdict is Verdict.OK, leaver.detail
         assert leaver.evidence.task_window["index"] == 1
-        finder = score(task, as_candidate(str(ADV / "runtime" / "window_find_pairs.py")), QUICK, build_pool,
+        finder = score(task, as_candidate(str(ADV / "runtime" / "window_find_pairs.py")), config, build_pool,
                        judges=judges)
     finally:
         judges.close()
