@@ -1,4 +1,5 @@
-"""The daemon benchmark's stream and summary (the run itself: `make bench-daemon`, a long test)."""
+"""The daemon benchmark's stream and summary (the run itself: `make bench-daemon`, a long test; KernelBench
+tasks and the target figures: tests/test_bench_daemon_stream.py)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_gpu_busy_is_the_mean_over_the_hosts_gpus():
 @pytest.mark.long
 def test_a_short_run_through_a_real_daemon(tmp_path):
     assert main(["--device", "cpu", "--candidates", "4", "--group", "2", "--rescore", "1", "--repeats", "2",
-                 "--out", str(tmp_path), *DAEMON_ARGS]) == 0
+                 "--kernelbench-root", "none", "--out", str(tmp_path), *DAEMON_ARGS]) == 0
     data = json.loads((tmp_path / "bench_daemon.json").read_text())
     assert data["summary"]["candidates"] == 4 and len(data["rows"]) == 4
     assert sum(data["summary"]["verdicts"].values()) == 4 and len(data["summary"]["reward_cv"]) == 1
@@ -57,8 +58,8 @@ def test_a_short_run_through_a_real_daemon(tmp_path):
 
 @pytest.mark.long
 def test_correctness_blocks_can_be_switched_off_for_the_stream(tmp_path):
-    assert main(["--device", "cpu", "--candidates", "2", "--group", "2", "--rescore", "0",
-                 "--no-correctness-block", "--out", str(tmp_path), *DAEMON_ARGS]) == 0
+    assert main(["--device", "cpu", "--candidates", "2", "--group", "2", "--rescore", "0", "--kernelbench-root",
+                 "none", "--no-correctness-block", "--out", str(tmp_path), *DAEMON_ARGS]) == 0
     data = json.loads((tmp_path / "bench_daemon.json").read_text())
     assert data["summary"]["correctness_block"] is False and data["summary"]["candidates"] == 2
     assert all(r["block_rounds"] in (0, None) for r in data["rows"]) and any(r["timed_rounds"] for r in data["rows"])
