@@ -149,6 +149,11 @@ def clean_env(private_tmp: str, extra: dict[str, str] | None = None) -> dict[str
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONNOUSERSITE="1",
         OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1)),
+        # OpenMP threads sleep as soon as a parallel region ends instead of spinning: a worker's
+        # spinning threads (a few ms after each of its calls) took the CPU from the other worker's
+        # next timed call, which then carried a 3-4 ms pre-call charge on a 2-core host and paid
+        # honest kernels 0.05-0.5x (docs/benchmarks.md, "2b"). Both workers alike.
+        OMP_WAIT_POLICY="PASSIVE",
         # The same fixed glibc heap settings in every worker: with glibc's dynamic thresholds, two
         # processes running the same call can differ in whether its buffers come from a heap kept
         # mapped or from fresh pages (page faults on every call), depending on what each did before.

@@ -93,7 +93,7 @@ def test_candidate_finds_no_secret_in_its_or_its_parents_environment(task, build
     found = _found(r.detail)
     assert "EVALFARM_TEST_PLANTED_SECRET" not in found["environ"]
     assert set(found["environ"]) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "PYTHONPATH",
-                                     "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "OMP_NUM_THREADS",
+                                     "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "OMP_NUM_THREADS", "OMP_WAIT_POLICY",
                                      "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "CUDA_HOME", "CUDA_PATH",
                                      "CXX", "CC", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "EVALFARM_SANDBOX_UID",
                                      "EVALFARM_WORKER_POISON", "EVALFARM_WORKER_NETNS", "EVALFARM_WORKER_PIDNS",
