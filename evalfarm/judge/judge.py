@@ -101,7 +101,7 @@ PROFILE_TIMEOUT_S = 120.0
 class Judge:
     def __init__(self, request: dict[str, Any], report_pgid: Any, started: StartedWorkers | None = None,
                  hold: RoundsHold | None = None, notify: Any = None, window: WindowState | None = None,
-                 shared: TaskSetup | None = None) -> None:
+                 shared: TaskSetup | None = None, spare: Any = None) -> None:
         self.config = ScoreConfig.from_dict(request["config"])
         self.task = Task(name=request["task_name"], source=request["task_source"],
                          size_profiles=request.get("size_profiles") or {})
@@ -168,6 +168,9 @@ class Judge:
         self.window = window
         self.shared = shared
         self.task_setup: TaskSetup | None = None
+        # spare(): pids of this process's children to keep at teardown (the window's next workers,
+        # started during this evaluation: evalfarm.judge.serve.WindowHold); None: keep none.
+        self._spare = spare
 
     def run(self) -> ScoreResult:
         started = self._started
@@ -202,7 +205,8 @@ class Judge:
                 w.close()
             for a in arenas:
                 a.close()
-            lifetime.kill_descendants()  # the judge is a child subreaper: orphans of the workers end up here
+            # The judge is a child subreaper: orphans of the workers end up here (never below a spared child).
+            lifetime.kill_descendants(spare_roots=self._spare() if self._spare is not None else ())
             if self._lease is not None:  # after the workers are gone, so nothing of theirs runs on
                 self._lease.release()
             sandbox.wipe(tmp)

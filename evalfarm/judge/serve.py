@@ -94,6 +94,64 @@ class RoundsHold:
         self._go = reply["op"] == "go"
 
 
+class WindowHold:
+    """The hold of a window's candidate that another may follow (evalfarm.judge.task_window): once
+    the candidate has loaded (``ask``), the next candidate's two workers start, so they are up when
+    its request comes; their start-up (interpreters, imports, CUDA contexts) must not compete with
+    calls whose times count, so times count only once the owner said go (``RoundsHold``) *and*
+    both have started, or BEFORE_ROUNDS_TIMEOUT_S after the question. The workers are fresh
+    processes that have seen nothing yet; they wait beside the running candidate as a standby
+    judge's workers do (docs/security.md, "Task windows")."""
+
+    def __init__(self, owner: RoundsHold, start_next: Any) -> None:
+        self.owner = owner
+        self._start_next = start_next  # () -> StartedWorkers | None
+        self.next: StartedWorkers | None = None
+        self._asked_at = 0.0
+        self._up = False
+
+    def ask(self) -> None:
+        self.next = self._start_next()
+        self._asked_at = time.monotonic()
+        self.owner.ask()
+
+    def released(self, wait: bool = False) -> bool:
+        if not self.owner.released(wait):
+            return False
+        if not self._up:
+            self._up = self._next_started(wait)
+        return self._up
+
+    def _next_started(self, wait: bool) -> bool:
+        """Whether the next workers have started (or failed: then nothing is left to wait for)."""
+        if self.next is None:
+            return True
+        while True:
+            left = BEFORE_ROUNDS_TIMEOUT_S - (time.monotonic() - self._asked_at)
+            waiting = [w for w in self.next.workers if not w.started_seen]
+            if not waiting or left <= 0:
+                return True
+            for w in waiting:
+                try:
+                    if w.conn.poll(max(0.0, min(left, 0.05)) if wait else 0):
+                        w.note_started(framing.recv_json(w.conn, 0))
+                except (framing.PeerClosed, framing.ProtocolError, TimeoutError, OSError, EOFError):
+                    self.discard()  # a next worker that died: the window starts fresh ones later
+                    return True
+            if not wait and any(not w.started_seen for w in self.next.workers):
+                return False
+
+    def spared_pids(self) -> list[int]:
+        """The next workers' pids, kept alive when this evaluation's are killed."""
+        return [w.proc.pid for w in self.next.workers] if self.next is not None else []
+
+    def discard(self) -> None:
+        if self.next is not None:
+            self.next.close()
+            sandbox.wipe(self.next.tmp)
+            self.next = None
+
+
 def warm_device(device: str) -> str:
     """Create this process's CUDA context now, while no evaluation waits for it; "" or a note."""
     if not device.startswith("cuda"):
@@ -204,9 +262,13 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
         if window is None:
             spec = WindowSpec.from_request(request)
             window = WindowState(spec, request_key(request)) if spec is not None else None
+        hold: Any = RoundsHold(conn)
+        if window is not None and window.index < window.spec.max_candidates:
+            hold = WindowHold(hold, lambda: start_next_workers(args.device, report_pgid))
+        reaped = [w.proc.pid for w in started.workers] if started is not None else []
         try:
-            judge = Judge(request, report_pgid, started, RoundsHold(conn), lambda msg: framing.send_json(conn, msg),
-                          window, shared)
+            judge = Judge(request, report_pgid, started, hold, lambda msg: framing.send_json(conn, msg),
+                          window, shared, hold.spared_pids if isinstance(hold, WindowHold) else None)
             result = profiled(judge.run, os.environ.get(JUDGE_CPROFILE_ENV, ""))
             shared = judge.task_setup
         except Exception:  # noqa: BLE001 - the judge's own failure is the farm's fault
@@ -214,15 +276,21 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
             shared = None
         result.evidence.isolation = [*result.evidence.isolation, *hardening]
         stays = window is not None and shared is not None and window.continues(result.verdict is Verdict.INFRA_ERROR)
-        framing.send_json(conn, {"op": "result", "result": result.to_dict(), "window_open": stays})
-        started = None
+        # reaped_pgids: this evaluation's workers, killed and reaped: the owner never signals those ids again.
+        framing.send_json(conn, {"op": "result", "result": result.to_dict(), "window_open": stays,
+                                 "reaped_pgids": reaped})
+        started = hold.next if isinstance(hold, WindowHold) else None
         request = None
         if stays:
             assert window is not None
             del judge, result
-            request, started = next_in_window(conn, args, window, report_pgid)
+            request, started = next_in_window(conn, args, window, report_pgid, started)
             if request is not None:
                 window.index += 1
+        elif started is not None:
+            started.close()
+            sandbox.wipe(started.tmp)
+            started = None
     # Nothing is left to serve (every evaluation's workers reaped, lease released, files wiped,
     # result sent; or a standby nobody took): leave without the interpreter's teardown. Its C++
     # destructors would print, for every CUDA arena a killed worker still mapped, "Producer process
@@ -240,21 +308,34 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
     os._exit(0)
 
 
-def next_in_window(conn: Any, args: Any, window: WindowState, report_pgid: Any
-                   ) -> tuple[dict[str, Any] | None, StartedWorkers | None]:
-    """After a window's candidate: fresh workers for the next one (the last one's were killed,
-    reaped and wiped by Judge.run), then its request, at most ``idle_s`` away. None when none
-    came, the owner went away, a worker died, the workers could not start, or the request is for
-    another task or settings (the owner routes by key: a mismatch is its error, and the judge
-    leaves rather than guess)."""
+def start_next_workers(device: str, report_pgid: Any) -> StartedWorkers | None:
+    """Fresh workers for a window's next candidate (None, and a log line, where they cannot start)."""
+    try:
+        return start_workers(device, report_pgid)
+    except Exception as err:  # noqa: BLE001 - the window goes on without them, or ends
+        log.warning("fresh workers for the task window's next candidate did not start: %s: %s",
+                    type(err).__name__, err)
+        return None
+
+
+def next_in_window(conn: Any, args: Any, window: WindowState, report_pgid: Any,
+                   started: StartedWorkers | None = None) -> tuple[dict[str, Any] | None, StartedWorkers | None]:
+    """After a window's candidate (its workers killed, reaped and wiped by Judge.run): the next
+    one's workers (``started``, started during the last evaluation, or fresh ones now), then its
+    request, at most ``idle_s`` away. None when none came, the owner went away, a worker died, the
+    workers could not start, or the request is for another task or settings (the owner routes by
+    key: a mismatch is its error, and the judge leaves rather than guess)."""
     gc.collect()
     if args.device.startswith("cuda"):
         torch.cuda.empty_cache()
-    try:
-        started = start_workers(args.device, report_pgid)
-    except Exception as err:  # noqa: BLE001 - the window ends; the owner starts a judge anew
-        log.warning("task window ends: fresh workers did not start: %s: %s", type(err).__name__, err)
-        return None, None
+    if started is not None and any(w.proc.poll() is not None for w in started.workers):
+        started.close()  # one died while it waited
+        sandbox.wipe(started.tmp)
+        started = None
+    if started is None:
+        started = start_next_workers(args.device, report_pgid)
+        if started is None:
+            return None, None
     request = wait_for_request(conn, started, window.spec.idle_s)
     if request is not None and not window.next_request_fits(request):
         log.warning("task window ends: a request for another task or other settings")

@@ -121,12 +121,17 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def kill_descendants(rounds: int = 20) -> int:
-    """SIGKILL every descendant of this process and reap them; returns how many were killed."""
+def kill_descendants(rounds: int = 20, spare_roots: tuple[int, ...] | list[int] = ()) -> int:
+    """SIGKILL every descendant of this process and reap them; returns how many were killed.
+    ``spare_roots``: children of this process kept alive with everything below them (a task
+    window's next workers, started by this process; an orphan re-parented here is never below them)."""
     me = os.getpid()
     killed = 0
     for _ in range(rounds):
         pids = descendants(me)
+        if spare_roots:
+            spared = {*spare_roots, *(q for root in spare_roots for q in descendants(root))}
+            pids = [p for p in pids if p not in spared]
         if not pids:
             break
         for p in pids:
@@ -142,5 +147,7 @@ def kill_descendants(rounds: int = 20) -> int:
             except ChildProcessError:
                 break
             if pid == 0:
+                if spare_roots and not set(pids) & set(descendants(me)):
+                    break  # only the spared children are left, alive
                 time.sleep(0.01)
     return killed
