@@ -8,6 +8,10 @@
 # into $OUT/warm<N>-blocks-<on|off>/.
 # TASKS=L1/7,L1/8,L3/1 limits the stream to those built-in tasks (bench_daemon --tasks); WARM_CALL=on|off
 # sets the stream's warm calls (bench_daemon --warm-call; default auto, off on a GPU).
+# BUDGET and INPUTS set bench_daemon --budget/--inputs (default 10 s and 1000 on a GPU).
+# KB_ROOT=.kb takes the stream's KernelBench tasks from that checkout (bench_daemon --kernelbench-root).
+# WINDOWS="1 16" runs each setting once per daemon --task-window value (1: a judge per evaluation),
+# into $OUT/warm<N>-window<W>/; RESCORE and REPEATS set bench_daemon --rescore/--repeats (default 3, 3).
 set -uo pipefail
 n=${1:-80}
 g=${2:-8}
@@ -18,18 +22,24 @@ nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/gpu.txt"
 dirs=()
 for w in $settings; do
   for b in ${BLOCKS:-""}; do
-    dir="$OUT/warm$w${b:+-blocks-$b}"
+   for win in ${WINDOWS:-""}; do
+    dir="$OUT/warm$w${b:+-blocks-$b}${win:+-window$win}"
     dirs+=("$dir")
     mkdir -p "$dir"
     flag=(); [[ $b == off ]] && flag=(--no-correctness-block)
     [[ -n ${TASKS:-} ]] && flag+=(--tasks "$TASKS")
     [[ -n ${WARM_CALL:-} ]] && flag+=(--warm-call "$WARM_CALL")
+    [[ -n $win ]] && flag+=(--serve-arg=--task-window "--serve-arg=$win")
+    [[ -n ${KB_ROOT:-} ]] && flag+=(--kernelbench-root "$KB_ROOT")
+    [[ -n ${BUDGET:-} ]] && flag+=(--budget "$BUDGET")
+    [[ -n ${INPUTS:-} ]] && flag+=(--inputs "$INPUTS")
     # A benchmark of speed, not of isolation: it runs where the host has no bubblewrap too (its
     # results' evidence.sandbox says which sandbox was in force).
     timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
-      --rescore 3 --repeats 3 --warm-judges "$w" "${flag[@]}" --allow-weak-sandbox --out "$dir" \
-      > "$dir/bench_daemon.log" 2>&1
+      --rescore "${RESCORE:-3}" --repeats "${REPEATS:-3}" --warm-judges "$w" "${flag[@]}" --allow-weak-sandbox \
+      --out "$dir" > "$dir/bench_daemon.log" 2>&1
     echo "bench-daemon --warm-judges $w ${flag[*]} exit code: $?" | tee -a "$OUT/gpu.txt"
+   done
   done
 done
 for dir in "${dirs[@]}"; do

@@ -126,7 +126,8 @@ class JudgeProcess:
             # Its start-up by the host's monotonic clock: interpreter and imports, then all of it.
             for key, name in (("main_at", "standby_imports"), ("at", "standby_startup")):
                 at = msg.get(key)
-                if isinstance(at, float) and at >= self.started:
+                # Once: a parked judge (task window) says "ready" again, long after its own start-up.
+                if name not in self.startup and isinstance(at, float) and at >= self.started:
                     self.startup[name] = round(at - self.started, 3)
             return True
         return False
