@@ -367,9 +367,9 @@ class Evaluation:
                     if cancelled:
                         judge.close()
                     else:
-                        reaped = msg.get("reaped_pgids")
-                        self.judges.park(judge, window_key, [int(p) for p in reaped if isinstance(p, int)]
-                                         if isinstance(reaped, list) else None)
+                        live = msg.get("live_pgids")
+                        self.judges.park(judge, window_key, [p for p in live if isinstance(p, int)]
+                                         if isinstance(live, list) else None)
                 self.facts.note(facts_key, result.evidence.memory)
                 # How long the judge had been up when its request came: its start-up, not waited for.
                 result.evidence.phases_s["judge_started_ahead"] = round(age_s, 3)

@@ -21,7 +21,8 @@ from evalfarm.scoring import as_candidate, as_task, score
 from evalfarm.server.config import ServerConfig, ServerConfigError
 from tests.service.conftest import descendants, process_state, wait_until
 
-QUICK = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.3, min_timed_rounds=21)
+# No re-verification: an OK score above 3 would take a turn of a window and move the indices read here.
+QUICK = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.3, min_timed_rounds=21, reverify_above=0.0)
 
 
 def test_a_window_spec_is_checked_and_one_candidate_is_no_window():
@@ -196,3 +197,14 @@ def test_parked_judges_beyond_the_limit_are_closed_oldest_first():
             j.close()
         judges._closed = True
         t.join(10)
+
+
+def test_a_parked_judge_forgets_the_worker_groups_its_judge_reaped():
+    judge = object.__new__(JudgeProcess)  # the bookkeeping alone, without a process
+    judge.worker_pgids = [11, 12, 13, 14]
+    judge.ready = True
+    JudgeProcess.park(judge, "k" * 64, 10.0, live=[13, 14])
+    assert judge.worker_pgids == [13, 14]  # the next candidate's workers, still alive
+    assert judge.window_key == "k" * 64 and not judge.ready
+    JudgeProcess.park(judge, "k" * 64, 10.0, None)
+    assert judge.worker_pgids == []

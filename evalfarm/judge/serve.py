@@ -265,7 +265,6 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
         hold: Any = RoundsHold(conn)
         if window is not None and window.index < window.spec.max_candidates:
             hold = WindowHold(hold, lambda: start_next_workers(args.device, report_pgid))
-        reaped = [w.proc.pid for w in started.workers] if started is not None else []
         try:
             judge = Judge(request, report_pgid, started, hold, lambda msg: framing.send_json(conn, msg),
                           window, shared, hold.spared_pids if isinstance(hold, WindowHold) else None)
@@ -276,10 +275,11 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
             shared = None
         result.evidence.isolation = [*result.evidence.isolation, *hardening]
         stays = window is not None and shared is not None and window.continues(result.verdict is Verdict.INFRA_ERROR)
-        # reaped_pgids: this evaluation's workers, killed and reaped: the owner never signals those ids again.
-        framing.send_json(conn, {"op": "result", "result": result.to_dict(), "window_open": stays,
-                                 "reaped_pgids": reaped})
         started = hold.next if isinstance(hold, WindowHold) else None
+        # live_pgids: the worker groups still alive (the next candidate's; every other one was killed
+        # and reaped): the owner forgets the rest and never signals those ids again.
+        framing.send_json(conn, {"op": "result", "result": result.to_dict(), "window_open": stays,
+                                 "live_pgids": [w.proc.pid for w in started.workers] if started is not None else []})
         request = None
         if stays:
             assert window is not None

@@ -102,18 +102,16 @@ class JudgeProcess:
             return time.monotonic() < self.parked_until
         return self.age_s < self.request_timeout_s - IDLE_MARGIN_S
 
-    def park(self, key: str, idle_s: float, reaped: list[int] | None = None) -> None:
+    def park(self, key: str, idle_s: float, live: list[int] | None = None) -> None:
         """Its evaluation ended with the window open: it waits at most ``idle_s`` for a request
         with ``key``, with the next candidate's workers (their process groups reported as they
-        start). ``reaped``: the last evaluation's worker groups, killed and reaped by the judge,
-        never signalled again (None: all those known so far)."""
+        start). ``live``: the worker groups the judge says are still alive; every other one known
+        was killed and reaped by the judge and is never signalled again (None: none is alive)."""
         self.window_key = key
         # Taken no later than this, so the request is read before the judge's own idle wait ends.
         self.parked_until = time.monotonic() + max(0.0, idle_s - min(WINDOW_MARGIN_S, idle_s / 4))
-        if reaped is None:
-            self.worker_pgids = []
-        else:
-            self.worker_pgids = [p for p in self.worker_pgids if p not in set(reaped)]
+        alive = set(live or ())
+        self.worker_pgids = [p for p in self.worker_pgids if p in alive]
         self.ready = False  # until its next workers have started ("standby_ready")
 
     def note_message(self, msg: dict[str, Any]) -> bool:
@@ -268,15 +266,15 @@ class WarmJudges:
         """What a judge request carries to open a task window (None: windows are off)."""
         return self.window.to_dict() if self.window is not None else None
 
-    def park(self, judge: JudgeProcess, key: str, reaped: list[int] | None = None) -> bool:
+    def park(self, judge: JudgeProcess, key: str, live: list[int] | None = None) -> bool:
         """Keep ``judge`` (its evaluation ended with its window open) for the next evaluation with
         ``key``; False, and the judge closed, where it cannot be kept (windows off, closing, or a
-        judge started by another thread, which dies with that thread). ``reaped``: JudgeProcess.park."""
+        judge started by another thread, which dies with that thread). ``live``: JudgeProcess.park."""
         with self._cond:
             if self.window is None or self._closed or judge.parent_thread is not self._starter or not key:
                 keep = False
             else:
-                judge.park(key, self.window.idle_s, reaped)
+                judge.park(key, self.window.idle_s, live)
                 parked = self._parked.setdefault(judge.device, deque())
                 parked.append(judge)
                 while len(parked) > self.max_parked:
