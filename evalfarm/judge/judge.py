@@ -176,8 +176,7 @@ class Judge:
         started = self._started
         scratch = self.config.file_size_limit_bytes
         if started is not None and not started.fits(self.config.device, scratch):
-            started.close()  # started for another device or sandbox: not usable for this request
-            sandbox.wipe(started.tmp)
+            started.discard()  # started for another device or sandbox: not usable for this request
             started = None
         if started is None:
             try:

@@ -147,8 +147,7 @@ class WindowHold:
 
     def discard(self) -> None:
         if self.next is not None:
-            self.next.close()
-            sandbox.wipe(self.next.tmp)
+            self.next.discard()
             self.next = None
 
 
@@ -288,8 +287,7 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
             if request is not None:
                 window.index += 1
         elif started is not None:
-            started.close()
-            sandbox.wipe(started.tmp)
+            started.discard()
             started = None
     # Nothing is left to serve (every evaluation's workers reaped, lease released, files wiped,
     # result sent; or a standby nobody took): leave without the interpreter's teardown. Its C++
@@ -329,8 +327,7 @@ def next_in_window(conn: Any, args: Any, window: WindowState, report_pgid: Any,
     if args.device.startswith("cuda"):
         torch.cuda.empty_cache()
     if started is not None and any(w.proc.poll() is not None for w in started.workers):
-        started.close()  # one died while it waited
-        sandbox.wipe(started.tmp)
+        started.discard()  # one died while it waited
         started = None
     if started is None:
         started = start_next_workers(args.device, report_pgid)

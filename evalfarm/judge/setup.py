@@ -172,20 +172,28 @@ def set_up_precision(model: Any, source: InputSource, out_struct: list[tuple[tup
     (None: not applied), the counts and ``evidence.precision``."""
     counts = roofline.count(model, source.inputs(-1), out_struct)
     mark("setup_roofline")
-    gate = None
-    reason = precision.not_applied_reason(cfg.precision, cfg.guard_policy, [d for _s, d in out_struct])
-    if reason:
-        ev = precision.not_applied(reason)
-    else:
-        try:
-            gate, ev = precision.prepare(model, source, out_struct, device, cfg.num_correctness_inputs, rng,
-                                         counts.flops)
-        except Exception as err:  # noqa: BLE001 - the farm's problem, never the candidate's
-            source.widen(precision.WidenSpec(), ())
-            ev = precision.not_applied(f"no float64 ground truth: {type(err).__name__}: {str(err)[:300]}")
-        ev = gate.evidence() if gate is not None else ev
+    gate, ev = precision_gate(model, source, out_struct, device, cfg, rng, counts.flops)
     mark("setup_precision")
     return gate, counts, ev
+
+
+def precision_gate(model: Any, source: InputSource, out_struct: list[tuple[tuple[int, ...], torch.dtype]],
+                   device: torch.device, cfg: ScoreConfig, rng: Any, flops: float | None, on_device: bool = False
+                   ) -> tuple[precision.PrecisionGate | None, dict[str, Any]]:
+    """The precision gate and ``evidence.precision`` (evalfarm.judge.precision.prepare: ``model``
+    converted to float64 in place); never a verdict: a failure is a note. ``on_device``: move
+    ``model`` to ``device`` first (a failure there is a note too)."""
+    reason = precision.not_applied_reason(cfg.precision, cfg.guard_policy, [d for _s, d in out_struct])
+    if reason:
+        return None, precision.not_applied(reason)
+    try:
+        if on_device:
+            model.to(device)
+        # prepare registers no widened rounds on ``source`` when it fails
+        gate, ev = precision.prepare(model, source, out_struct, device, cfg.num_correctness_inputs, rng, flops)
+    except Exception as err:  # noqa: BLE001 - the farm's problem, never the candidate's
+        return None, precision.not_applied(f"no float64 ground truth: {type(err).__name__}: {str(err)[:300]}")
+    return gate, (gate.evidence() if gate is not None else ev)
 
 
 @dataclasses.dataclass
@@ -207,25 +215,20 @@ def refresh_precision(setup: TaskSetup, source: InputSource, device: torch.devic
                       mark: Mark) -> tuple[precision.PrecisionGate | None, dict[str, Any]]:
     """The precision gate for a later candidate of a window: the kept float64 model on the device
     again, ground truths computed from this candidate's own inputs, the model back on the host."""
-    reason = precision.not_applied_reason(cfg.precision, cfg.guard_policy,
-                                          [d for _s, d in setup.reference.out_struct])
-    if reason or setup.model64 is None:
+    model = setup.model64
+    out_struct = setup.reference.out_struct
+    if model is None:
+        reason = precision.not_applied_reason(cfg.precision, cfg.guard_policy, [d for _s, d in out_struct])
         mark("setup_precision")
         return None, precision.not_applied(reason or "no float64 model kept for this task")
-    model = setup.model64
     try:
-        model.to(device)
-        gate, ev = precision.prepare(model, source, setup.reference.out_struct, device, cfg.num_correctness_inputs,
-                                     rng, setup.counts.flops)
-    except Exception as err:  # noqa: BLE001 - the farm's problem, never the candidate's
-        source.widen(precision.WidenSpec(), ())
-        gate, ev = None, precision.not_applied(f"no float64 ground truth: {type(err).__name__}: {str(err)[:300]}")
+        gate, ev = precision_gate(model, source, out_struct, device, cfg, rng, setup.counts.flops, on_device=True)
     finally:
         model.to("cpu")
         if device.type == "cuda":
             torch.cuda.empty_cache()
     mark("setup_precision")
-    return gate, (gate.evidence() if gate is not None else ev)
+    return gate, ev
 
 
 def cuda_identity(props: Any) -> tuple[str | None, tuple[int, int, int] | None]:

@@ -219,6 +219,11 @@ class StartedWorkers:
             w.close()
         self.workers = []
 
+    def discard(self) -> None:
+        """Close both workers and wipe their private directory: these workers serve nobody."""
+        self.close()
+        sandbox.wipe(self.tmp)
+
 
 def start_workers(device: str, report_pgid: Any,
                   scratch_bytes: int = sandbox.Limits.file_size_bytes) -> StartedWorkers:

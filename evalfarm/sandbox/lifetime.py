@@ -111,7 +111,10 @@ def _children_map() -> dict[int, list[int]]:
 
 
 def descendants(pid: int) -> list[int]:
-    children = _children_map()
+    return _subtree(_children_map(), pid)
+
+
+def _subtree(children: dict[int, list[int]], pid: int) -> list[int]:
     out: list[int] = []
     stack = list(children.get(pid, []))
     while stack:
@@ -128,9 +131,10 @@ def kill_descendants(rounds: int = 20, spare_roots: tuple[int, ...] | list[int] 
     me = os.getpid()
     killed = 0
     for _ in range(rounds):
-        pids = descendants(me)
+        children = _children_map()
+        pids = _subtree(children, me)
         if spare_roots:
-            spared = {*spare_roots, *(q for root in spare_roots for q in descendants(root))}
+            spared = {*spare_roots, *(q for root in spare_roots for q in _subtree(children, root))}
             pids = [p for p in pids if p not in spared]
         if not pids:
             break
@@ -147,7 +151,7 @@ def kill_descendants(rounds: int = 20, spare_roots: tuple[int, ...] | list[int] 
             except ChildProcessError:
                 break
             if pid == 0:
-                if spare_roots and not set(pids) & set(descendants(me)):
-                    break  # only the spared children are left, alive
+                if spare_roots and not any(os.path.exists(f"/proc/{p}") for p in pids):
+                    break  # every killed one is reaped: only the spared children are left, alive
                 time.sleep(0.01)
     return killed
