@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -447,9 +448,7 @@ def recheck_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     rv = [r for r in rows if r.get("reverified")]
     os_ran = [r for r in rows if r.get("other_sizes_ran")]
     os_s = [r["other_sizes_s"] for r in os_ran if r.get("other_sizes_s") is not None]
-    statuses: dict[str, int] = {}
-    for r in rv:
-        statuses[r["reverified"]] = statuses.get(r["reverified"], 0) + 1
+    statuses = dict(Counter(r["reverified"] for r in rv))
     return {"reverified": len(rv), "reverified_status": statuses,
             "other_sizes": len(os_ran),
             "other_sizes_failed": sum(1 for r in os_ran if r.get("other_sizes") == "failed"),
@@ -472,10 +471,7 @@ def kind_figures(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for kind in dict.fromkeys(r.get("kind", "") for r in rows):
         mine = [r for r in rows if r.get("kind", "") == kind]
-        verdicts: dict[str, int] = {}
-        for r in mine:
-            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
-        out[kind] = {"candidates": len(mine), "verdicts": verdicts,
+        out[kind] = {"candidates": len(mine), "verdicts": dict(Counter(r["verdict"] for r in mine)),
                      **{f"{k}_median": _median([r[k] for r in mine if r.get(k) is not None])
                         for k in ("slot_s", "work_s", "overhead_s", "speedup")}}
     return out
@@ -503,9 +499,7 @@ def summarise(rows: list[dict[str, Any]], wall_s: float, sampler: Sampler, cv: l
     for name in sorted({k for r in rows for k in r["phases_s"]}):
         vals = [r["phases_s"][name] for r in rows if name in r["phases_s"]]
         phases[name] = statistics.median(vals)
-    verdicts: dict[str, int] = {}
-    for r in rows:
-        verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+    verdicts = dict(Counter(r["verdict"] for r in rows))
     gpu_busy = round(statistics.fmean(sampler.util) / 100, 3) if sampler.util else None
     fig = throughput_figures(rows, wall_s, sampler.slots)
     return {
