@@ -11,6 +11,8 @@
 # "base nopoison=EVALFARM_WORKER_POISON=0 warm=--warm-call=on before=@.before".
 # CANDIDATES: space-separated TASK:VARIANT_FILE (a built-in task id and a file under its variants),
 # or TASK:identical for a copy of the task's reference.
+# PROFILE=1: each judge also runs under cProfile (EVALFARM_JUDGE_CPROFILE); its top functions by own
+# time and by cumulative time are printed after the evaluation's round summary.
 set -u
 source benchmarks/gpu_env.sh
 INPUTS=${1:-1000}
@@ -51,6 +53,7 @@ for cand in $CANDIDATES; do
     while [ -e "$OUT/rt/$tag" ]; do tag="$base_tag-$n"; n=$((n + 1)); done  # a candidate named twice
     mkdir -p "$OUT/rt/$tag"
     echo "== $tag ($cand, ${items[*]:-as it is})"
+    if [ "${PROFILE:-0}" = 1 ]; then envs+=("EVALFARM_JUDGE_CPROFILE=$OUT/rt/$tag"); fi
     (cd "$root" && env "${envs[@]}" PYTHONPATH="/tmp/site:$root" EVALFARM_ROUND_TRACE="$OUT/rt/$tag" python3 -m evalfarm score --device "$DEVICE" \
       --task "$task_file" --candidate "$cand_file" --inputs "$INPUTS" --budget "$BUDGET" --no-other-sizes \
       "${flags[@]}" --json > "$OUT/rt/$tag/result.json" 2> "$OUT/rt/$tag/stderr.log")
@@ -65,6 +68,15 @@ print(f"   verdict {r.get('verdict')} speedup {r.get('speedup')} rounds {t.get('
       f"evaluation {ph.get('evaluation') or ph.get('total')}")
 EOF
     python3 scripts/round_trace_summary.py "$OUT/rt/$tag" --skip 10 | tee "$OUT/rt/$tag/summary.txt"
+    for prof in "$OUT/rt/$tag"/judge-*.prof; do
+      [ -e "$prof" ] || continue
+      python3 - "$prof" <<'EOF' | tee "$prof.txt"
+import pstats, sys
+for key in ("tottime", "cumulative"):
+    print(f"-- {sys.argv[1].rsplit('/', 1)[-1]}: top 25 by {key}")
+    pstats.Stats(sys.argv[1]).sort_stats(key).print_stats(25)
+EOF
+    done
   done
 done
 # One line per evaluation, last: what each setting gave.

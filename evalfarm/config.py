@@ -115,7 +115,8 @@ class ScoreConfig:
     # per call (evalfarm.judge.correctness): all of a block's inputs are written
     # before it starts, so its calls' times are never used for the score (only checked, and counted
     # as timing.block_rounds); the score's timed rounds all come after correctness. Used only
-    # where a batch holds at least 8 rounds (small inputs and outputs: correctness.MIN_BLOCK_ROUNDS).
+    # where a batch holds at least 8 rounds (small inputs and outputs: correctness.MIN_BLOCK_ROUNDS),
+    # or 2 with timed blocks, whose correctness rounds are never samples (MIN_BLOCK_ROUNDS_TIMED).
     # False: every round is one call whose inputs are written right before it starts.
     correctness_block: bool = True
     # Warm calls: before each timed call (one call per exchange) whose reference is estimated under

@@ -121,20 +121,30 @@ def test_the_score_is_timed_only_after_correctness(task, data_dir, build_pool):
     assert r.evidence.timing.block_rounds == 0 and r.evidence.timing.cand_time_us_median > 25_000, r.evidence.timing
 
 
-@pytest.mark.long  # two evaluations of 48 MiB rounds (the arena budget must hold fewer than 4)
-def test_no_blocks_when_few_rounds_fit_a_batch(data_dir, build_pool):
-    # 12M floats in and out per call: the CPU's 256 MiB arena budget holds one round per batch,
-    # fewer than MIN_BLOCK_ROUNDS, so every round is one call per exchange (timed as before).
+@pytest.mark.long  # four evaluations of 48 MiB rounds (the arena budget must hold fewer than 8)
+def test_block_size_rule_when_few_rounds_fit_a_batch(data_dir, build_pool):
+    # 12M floats in and out per call: the CPU's 256 MiB arena budget holds fewer than
+    # MIN_BLOCK_ROUNDS rounds per batch. With one call per exchange for the timed rounds (lone),
+    # every correctness round is one call per exchange too (its times are samples); with timed
+    # blocks (4 rounds per batch, as a timed block wants) the correctness rounds, never samples
+    # there, run in blocks all the same. Either way every output is checked.
     big = 3 << 22
     task = as_task((data_dir / "task_scale.py").read_text().replace("n = 8192", f"n = {big}"))
     cfg = dict(num_correctness_inputs=6, warmup_rounds=2, timing_budget_s=0.3, min_timed_rounds=7)
     honest = as_candidate((data_dir / "cand_same.py").read_text().replace("8192", str(big)))
-    r = _score(task, honest, build_pool, **cfg)
+    wrong = as_candidate((data_dir / "cand_odd_call.py").read_text().replace("8192", str(big))
+                         .replace("AT_CALL = 10", "AT_CALL = 5"))
+    r = _score(task, honest, build_pool, timing_protocol="lone", **cfg)
     assert r.verdict is Verdict.OK, r.detail
     assert r.evidence.timing.block_rounds == 0 and r.evidence.timing.rounds >= 1, r.evidence.timing
     assert BLOCK_NOTE not in r.evidence.isolation, r.evidence.isolation
-    wrong = (data_dir / "cand_odd_call.py").read_text().replace("8192", str(big)).replace("AT_CALL = 10", "AT_CALL = 5")
-    r = _score(task, as_candidate(wrong), build_pool, **cfg)
+    r = _score(task, wrong, build_pool, timing_protocol="lone", **cfg)
+    assert r.verdict is Verdict.INCORRECT and r.detail.startswith("correctness input 5 of 6:"), r.detail
+    r = _score(task, honest, build_pool, **cfg)
+    assert r.verdict is Verdict.OK, r.detail
+    assert r.evidence.timing.block_rounds == 4 and r.evidence.timing.rounds >= 1, r.evidence.timing
+    assert BLOCK_NOTE in r.evidence.isolation, r.evidence.isolation
+    r = _score(task, wrong, build_pool, **cfg)
     assert r.verdict is Verdict.INCORRECT and r.detail.startswith("correctness input 5 of 6:"), r.detail
 
 

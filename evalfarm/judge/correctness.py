@@ -4,7 +4,7 @@ The rule. Every correctness round is audited (evalfarm.judge.audits). The first
 ``max(warmup_rounds, 1)`` keep the one-call protocol (evalfarm.judge.lone_calls) and share the
 first-call allowance; with ``ScoreConfig.correctness_block`` (on by default) the rest run a batch at
 a time, one exchange per worker per batch (``run_block``), where a batch holds at least
-``MIN_BLOCK_ROUNDS`` rounds, since the exchange costs more than a small kernel's call (about 2.3 ms
+``min_block_rounds`` rounds, since the exchange costs more than a small kernel's call (about 2.3 ms
 per call on an H100). A block's inputs are all written before it starts, so its times are never
 used for the score, which comes from the timed rounds after correctness; every output is still
 checked, and every call is bounded by the per-call bound on the judge's clock.
@@ -34,6 +34,16 @@ if TYPE_CHECKING:
 # against 7.3 s without, and its fast variants then needed the whole timing budget for samples the
 # correctness rounds had given before (docs/benchmarks.md, "Correctness blocks").
 MIN_BLOCK_ROUNDS = 8
+# With timed blocks the correctness rounds give no timing samples whichever way they run, so a
+# block pays wherever it replaces more than one exchange per worker: L1/1 at its default size (4
+# rounds per batch on an H200) spent 4.5 s of its 5.4 s of correctness in one-call exchanges.
+MIN_BLOCK_ROUNDS_TIMED = 2
+
+
+def min_block_rounds(timed: bool) -> int:
+    """The fewest rounds per batch for correctness blocks: fewer with timed blocks, whose correctness
+    rounds are never timing samples."""
+    return MIN_BLOCK_ROUNDS_TIMED if timed else MIN_BLOCK_ROUNDS
 # Added to the isolation notes when the evaluation has correctness blocks.
 BLOCK_NOTE = ("correctness rounds after the warm-up run in blocks (one exchange per worker per batch of "
               "rounds): a block's inputs are all written before it starts, so its times are never used "

@@ -33,7 +33,7 @@ from evalfarm.infra_cause import InfraCause
 from evalfarm.judge import framing, gpu_lease, precision, roofline
 from evalfarm.judge.arena import Arena, aligned
 from evalfarm.judge.blame import Verdicted
-from evalfarm.judge.correctness import MIN_BLOCK_ROUNDS
+from evalfarm.judge.correctness import min_block_rounds
 from evalfarm.judge.floor import FloorFacts
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
@@ -345,10 +345,10 @@ def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, de
         rounds_per_batch = max(rounds_per_batch, MIN_BLOCK_CALLS)
     try:
         rounds_per_batch = memory.before_rounds(in_bytes, out_bytes, rounds_per_batch)
-        if rounds_per_batch < MIN_BLOCK_ROUNDS:
-            block_rounds = range(0)  # one call per exchange, as without blocks
         if rounds_per_batch < MIN_BLOCK_CALLS:
             timed = False  # timed rounds one call per exchange too
+        if rounds_per_batch < min_block_rounds(timed):
+            block_rounds = range(0)  # one call per exchange, as without blocks
         if not timed:
             input_slack = 0
         allocated = {
