@@ -159,8 +159,6 @@ def warm_device(device: str) -> str:
         dev = torch.device("cuda:0" if device == "cuda" else device)
         torch.cuda.set_device(dev)
         torch.randn(16, device=dev)  # the context, and the device's random generator
-        with dev:  # a draw as the input source makes one (evalfarm.judge.inputs): its lazy imports now
-            torch.randn(16)
     except Exception as err:  # noqa: BLE001 - the evaluation reports the device's failure itself
         return f"device not warmed: {type(err).__name__}: {err}"
     return ""
