@@ -44,12 +44,12 @@ for ((i = 0; i < N; i++)); do
     ids=$(seq -s, $((i * PER)) $((i * PER + PER - 1)))
     env_ids=(LEARNER_LOCAL_DEVICE_IDS="$ids")
   fi
+  cmd=(env "${env_ids[@]}" LEARNER_COORDINATOR_ADDRESS="127.0.0.1:$PORT" LEARNER_NUM_PROCESSES="$N"
+       LEARNER_PROCESS_ID="$i" LEARNER_PROCESSES_PER_HOST="$N" "$PY" -m "$MODULE" "$@")
   if [ "$i" -eq 0 ]; then
-    env "${env_ids[@]}" LEARNER_COORDINATOR_ADDRESS="127.0.0.1:$PORT" LEARNER_NUM_PROCESSES="$N" \
-      LEARNER_PROCESS_ID="$i" LEARNER_PROCESSES_PER_HOST="$N" "$PY" -m "$MODULE" "$@" &
+    "${cmd[@]}" &
   else
-    env "${env_ids[@]}" LEARNER_COORDINATOR_ADDRESS="127.0.0.1:$PORT" LEARNER_NUM_PROCESSES="$N" \
-      LEARNER_PROCESS_ID="$i" LEARNER_PROCESSES_PER_HOST="$N" "$PY" -m "$MODULE" "$@" >"$LOGS/process-$i.log" 2>&1 &
+    "${cmd[@]}" >"$LOGS/process-$i.log" 2>&1 &
   fi
   pids+=($!)
 done
