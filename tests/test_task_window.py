@@ -102,6 +102,27 @@ def test_a_window_serves_a_task_s_candidates_with_one_set_up_and_fresh_workers(d
     # Between candidates the workers are new processes: no worker of one serves the next.
     assert worker_sets[0] and worker_sets[1] and not worker_sets[2]  # the third filled the window
     assert not (worker_sets[0] & worker_sets[1])
+    # The next candidate's workers were started during each evaluation a candidate could follow
+    # (serve.WindowHold), not during the one that filled the window.
+    assert [w["next_workers_started_during"] for w in windows] == [True, True, False, True], windows
+
+
+def test_with_the_early_start_off_the_next_workers_start_after_the_result(data_dir, build_pool, monkeypatch):
+    monkeypatch.setenv("EVALFARM_WINDOW_EARLY_START", "0")
+    task = as_task(str(data_dir / "task_scale.py"))
+    judges = WarmJudges({}, window=WindowSpec(2, 30.0))
+    try:
+        first = score(task, as_candidate(str(data_dir / "cand_same.py")), QUICK, build_pool, judges=judges)
+        parked = _pids_of(judges)
+        assert parked and wait_until(lambda: len(descendants(parked[0])) >= 2, 60), "no fresh workers"
+        second = score(task, as_candidate(str(data_dir / "cand_fast.py")), QUICK, build_pool, judges=judges)
+    finally:
+        judges.close()
+    assert first.verdict is Verdict.OK and second.verdict is Verdict.OK, (first.detail, second.detail)
+    # No worker was started during the first evaluation; the window went on with workers started
+    # after its result, and the task's set-up shared.
+    assert first.evidence.task_window["next_workers_started_during"] is False, first.evidence.task_window
+    assert second.evidence.task_window["index"] == 2 and second.evidence.task_window["shared_setup"] is True
 
 
 def test_a_parked_judge_leaves_after_its_idle_time_and_the_next_candidate_gets_a_new_one(data_dir, build_pool):

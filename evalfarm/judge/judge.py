@@ -205,12 +205,17 @@ class Judge:
             for a in arenas:
                 a.close()
             # The judge is a child subreaper: orphans of the workers end up here (never below a spared child).
-            lifetime.kill_descendants(spare_roots=self._spare() if self._spare is not None else ())
+            spared = self._spare() if self._spare is not None else []
+            lifetime.kill_descendants(spare_roots=spared)
             if self._lease is not None:  # after the workers are gone, so nothing of theirs runs on
                 self._lease.release()
             sandbox.wipe(tmp)
         # Workers killed and reaped (their CUDA contexts destroyed), lease released, files wiped.
         result.evidence.phases_s["teardown"] = round(time.monotonic() - t_end, 4)
+        if self.window is not None and result.evidence.task_window:
+            # Whether the window's next candidate's workers started during this evaluation (they
+            # share the device with its rounds while they do: serve.WINDOW_EARLY_START_ENV).
+            result.evidence.task_window["next_workers_started_during"] = bool(spared)
         if self.trace is not None:
             self.trace.write()
         return result

@@ -46,6 +46,13 @@ META_WARMUP_ENV = "EVALFARM_STANDBY_META_WARMUP"
 # up), counted from its first round; past that it goes on.
 BEFORE_ROUNDS_TIMEOUT_S = 30.0
 
+# A task window's next candidate's workers start once the current candidate has loaded (WindowHold),
+# unless this is "0": then they start after its result, when the judge waits for the next request
+# (next_in_window). A switch for measuring what the early start costs the current candidate's
+# correctness rounds, whose device synchronisations share the GPU with the starting workers'
+# CUDA contexts (docs/benchmarks.md, 2b).
+WINDOW_EARLY_START_ENV = "EVALFARM_WINDOW_EARLY_START"
+
 # When the judge's own imports were done (CLOCK_MONOTONIC; evalfarm.judge.launch sets it): the
 # owner's standby_imports figure. Its workers were started before those imports.
 MAIN_AT = [0.0]
@@ -262,7 +269,8 @@ def serve(conn: Any, args: Any, started: StartedWorkers | None, hardening: list[
             spec = WindowSpec.from_request(request)
             window = WindowState(spec, request_key(request)) if spec is not None else None
         hold: Any = RoundsHold(conn)
-        if window is not None and window.index < window.spec.max_candidates:
+        if (window is not None and window.index < window.spec.max_candidates
+                and os.environ.get(WINDOW_EARLY_START_ENV, "1").strip() != "0"):
             hold = WindowHold(hold, lambda: start_next_workers(args.device, report_pgid))
         try:
             judge = Judge(request, report_pgid, started, hold, lambda msg: framing.send_json(conn, msg),
