@@ -44,6 +44,8 @@ def min_block_rounds(timed: bool) -> int:
     """The fewest rounds per batch for correctness blocks: fewer with timed blocks, whose correctness
     rounds are never timing samples."""
     return MIN_BLOCK_ROUNDS_TIMED if timed else MIN_BLOCK_ROUNDS
+
+
 # Added to the isolation notes when the evaluation has correctness blocks.
 BLOCK_NOTE = ("correctness rounds after the warm-up run in blocks (one exchange per worker per batch of "
               "rounds): a block's inputs are all written before it starts, so its times are never used "
