@@ -10,7 +10,8 @@
 # (another checkout's evalfarm, e.g. `git archive REV evalfarm | tar -x -C .before`), e.g.
 # "base nopoison=EVALFARM_WORKER_POISON=0 warm=--warm-call=on before=@.before".
 # CANDIDATES: space-separated TASK:VARIANT_FILE (a built-in task id and a file under its variants),
-# or TASK:identical for a copy of the task's reference.
+# TASK:@PATH for a candidate file by its path, or TASK:identical for a copy of the task's reference; a TASK of the form kb-level1/12 names a
+# KernelBench problem under $KB_ROOT/KernelBench (default .kb), with the variant identical only.
 # PROFILE=1: each judge also runs under cProfile (EVALFARM_JUDGE_CPROFILE); its top functions by own
 # time and by cumulative time are printed after the evaluation's round summary.
 set -u
@@ -25,11 +26,22 @@ variant_path() {  # TASK VARIANT -> a candidate file
   python3 - "$1" "$2" "$WORK" <<'EOF'
 import sys
 from pathlib import Path
+import os
+import re
 task_id, variant, work = sys.argv[1:]
+if task_id.startswith("kb-level"):
+    level, num = task_id[len("kb-level"):].split("/")
+    task = next(Path(os.environ.get("KB_ROOT", ".kb"), "KernelBench", f"level{level}").glob(f"{num}_*.py"))
+    out = Path(work) / f"identical_kb{level}_{num}.py"
+    out.write_text(re.sub(r"\bModel\b", "ModelNew", task.read_text()))
+    print(task.resolve(), out)
+    sys.exit(0)
 level, num = task_id[1:].split("/")
 root = Path("evalfarm/tasks/builtin")
 task = next(root.glob(f"level{level}/{num}_*.py"))
-if variant == "identical":
+if variant.startswith("@"):  # a candidate file by its path, e.g. @tests/honest/kernels/l2_2_pool_folded_conv.py
+    print(task.resolve(), Path(variant[1:]).resolve())
+elif variant == "identical":
     out = Path(work) / f"identical_{level}_{num}.py"
     out.write_text(task.read_text().replace("class Model(", "class ModelNew(", 1))
     print(task.resolve(), out)
@@ -48,7 +60,7 @@ for cand in $CANDIDATES; do
       elif [ "${item#@}" != "$item" ]; then root=$(cd "${item#@}" && pwd)
       else envs+=("$item"); fi
     done
-    tag="$(echo "$cand" | tr '/:.' '___')-$name"
+    tag="$(echo "$cand" | sed 's#:@.*/#:#' | tr '/:.@' '____')-$name"
     n=2; base_tag=$tag
     while [ -e "$OUT/rt/$tag" ]; do tag="$base_tag-$n"; n=$((n + 1)); done  # a candidate named twice
     mkdir -p "$OUT/rt/$tag"
@@ -66,6 +78,8 @@ ph = ev.get("phases_s", {})
 print(f"   verdict {r.get('verdict')} speedup {r.get('speedup')} rounds {t.get('rounds')} "
       f"ci {t.get('ci_low')}-{t.get('ci_high')} correctness {ph.get('correctness')} timing {ph.get('timing')} "
       f"evaluation {ph.get('evaluation') or ph.get('total')}")
+print("   phases " + " ".join(f"{k}={v:.3g}" for k, v in ph.items() if k.startswith(("rounds_", "setup_", "load"))))
+print(f"   rounds per batch {(ev.get('memory') or {}).get('rounds_per_batch')} blocks {t.get('blocks')}")
 EOF
     python3 scripts/round_trace_summary.py "$OUT/rt/$tag" --skip 10 | tee "$OUT/rt/$tag/summary.txt"
     for prof in "$OUT/rt/$tag"/judge-*.prof; do

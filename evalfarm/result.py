@@ -105,7 +105,8 @@ class Evidence:
     # reference's output does not depend on its inputs (no speedup is paid on such a task).
     task_flags: dict[str, Any] = dataclasses.field(default_factory=dict)
     # The device-memory plan (GPU only, evalfarm.judge.memory_plan): the task's footprint, what the
-    # evaluation needs and what the device had free.
+    # evaluation needs and what the device had free; on every device the rounds per batch the
+    # arenas hold ("rounds_per_batch", and with timed blocks "timed_rounds_per_batch").
     memory: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Correctness at one other size profile (evalfarm.other_sizes): {"profile", "status": "ok" |
     # "failed" | "not_applicable", "detail"}. Empty when the check was not asked for.

@@ -350,7 +350,7 @@ class Judge:
         self.planner = RoundPlanner(memory.arenas, ref.source, ref.out_struct, self.rng, self.device,
                                     memory.rounds_per_batch, self.block_rounds, cfg.num_correctness_inputs,
                                     self.timed, self.trace, memory.input_slack,
-                                    random.Random(secrets.randbits(63)))
+                                    random.Random(secrets.randbits(63)), memory.timed_rounds_per_batch)
         self.audit = RoundAudit(memory.arenas, ref.tuple_out, cfg.tolerance, ref.mutates_inputs)
         result = self._measure()
         if result.ok and not self.correctness_only and self.evidence.timing is not None:

@@ -68,6 +68,9 @@ class RoundPlanner:
     # (evalfarm.judge.placement), drawn from ``place_rng``; 0: at the arena's start.
     input_slack: int = 0
     place_rng: random.Random | None = None
+    # A timed batch's rounds, at most (its inputs are copied to the judge's host memory first:
+    # evalfarm.judge.setup.timed_rounds_per_batch); 0: as many as any batch.
+    timed_rounds_per_batch: int = 0
 
     def plan(self, first_round: int, audits: AuditSchedule, warm_calls: bool) -> list[RoundPlan]:
         """The next batch from ``first_round``: arenas reset, slots allocated, outputs poisoned.
@@ -92,6 +95,8 @@ class RoundPlanner:
         # The same for both workers and decided here, by the judge (ScoreConfig.warm_call); only for
         # rounds run one call per exchange (a block's calls follow one another anyway).
         timed_block = self.timed and first_round >= n_correct
+        if timed_block and self.timed_rounds_per_batch:
+            count = min(count, self.timed_rounds_per_batch)
         warm_call = not timed_block and warm_calls
         if timed_block and self.input_slack and self.place_rng is not None:
             for role in (REFERENCE, CANDIDATE):

@@ -50,8 +50,44 @@ from evalfarm.verdict import Verdict
 
 log = logging.getLogger("evalfarm.judge")
 
-ARENA_BUDGET_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}
+# The four input/output arenas together, per batch of rounds. On a GPU a share of the device's
+# memory, between the two bounds: more rounds per batch mean fewer exchanges with each worker (on
+# an H200, L1/1 at its default size spent 4.8 s on 1000 correctness inputs at 4 rounds per batch,
+# 3.8 s at 16: docs/benchmarks.md). The memory plan still makes a batch smaller where it would not
+# fit what is free (``MemoryPlan.before_rounds``).
+ARENA_BUDGET_CPU_BYTES = 256 << 20
+ARENA_BUDGET_CUDA_SHARE = 1 / 16
+ARENA_BUDGET_CUDA_BOUNDS = (1 << 30, 8 << 30)
 MAX_ROUNDS_PER_BATCH = 32
+# An operator's override of the arena budget, in MiB (a positive integer). Read by ``arena_budget``.
+ARENA_BUDGET_ENV = "EVALFARM_ARENA_BUDGET_MB"
+# A timed batch's inputs are copied to the judge's host memory (page-locked) before its blocks:
+# at most this many bytes of them (but at least MIN_BLOCK_CALLS rounds), so a large batch of
+# correctness rounds never pins gigabytes of host memory per slot.
+TIMED_BATCH_HOST_BYTES = 1 << 30
+
+
+def arena_budget(device_type: str, total_bytes: int = 0) -> int:
+    """The bytes the four input/output arenas may take together: the operator's
+    ``EVALFARM_ARENA_BUDGET_MB`` where set; on a GPU of ``total_bytes`` of memory,
+    ``ARENA_BUDGET_CUDA_SHARE`` of it within ``ARENA_BUDGET_CUDA_BOUNDS``; on a CPU
+    ``ARENA_BUDGET_CPU_BYTES``."""
+    raw = os.environ.get(ARENA_BUDGET_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) <= 0:
+            raise ValueError(f"{ARENA_BUDGET_ENV}={raw!r}: want a positive number of MiB")
+        return int(raw) << 20
+    if device_type != "cuda":
+        return ARENA_BUDGET_CPU_BYTES
+    low, high = ARENA_BUDGET_CUDA_BOUNDS
+    return int(min(high, max(low, total_bytes * ARENA_BUDGET_CUDA_SHARE)))
+
+
+def timed_rounds_per_batch(rounds_per_batch: int, in_bytes: int) -> int:
+    """The rounds of a timed batch: the batch's, at most ``TIMED_BATCH_HOST_BYTES`` of inputs, at
+    least ``MIN_BLOCK_CALLS`` (where the batch holds that many)."""
+    fit = max(MIN_BLOCK_CALLS, TIMED_BATCH_HOST_BYTES // max(in_bytes, 1))
+    return max(1, min(rounds_per_batch, fit))
 
 # mark(name): the set-up's time since the previous mark into the set-up phases (SetupClock).
 Mark = Callable[[str], None]
@@ -308,6 +344,7 @@ class RoundMemory:
     input_slack: int = 0  # bytes to spare in each input arena (evalfarm.judge.placement)
     staging_areas: dict[str, Arena] = dataclasses.field(default_factory=dict)
     staging: dict[str, JudgeStaging] = dataclasses.field(default_factory=dict)
+    timed_rounds_per_batch: int = 0  # a timed batch's rounds (timed_rounds_per_batch); 0: rounds_per_batch
 
     def staging_handle(self, role: str) -> dict[str, Any] | None:
         """What a worker needs to map its staging area; None without timed blocks."""
@@ -336,7 +373,8 @@ def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, de
     memory = ref.memory
     memory.release()  # after that draw too: the rounds are checked against what is free then
     out_bytes = sum(aligned(math.prod(s) * d.itemsize) for s, d in ref.out_struct)
-    budget = ARENA_BUDGET_BYTES["cuda" if device.type == "cuda" else "cpu"]
+    budget = arena_budget(device.type, torch.cuda.get_device_properties(device).total_memory
+                          if device.type == "cuda" else 0)
     per_round = 2 * (in_bytes + out_bytes)
     rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
     if correctness_only:
@@ -365,7 +403,10 @@ def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, de
     finally:
         evidence.memory = memory.evidence()
     arenas.extend(allocated.values())
-    out = RoundMemory(allocated, rounds_per_batch, block_rounds, timed, in_bytes, layout, input_slack)
+    out = RoundMemory(allocated, rounds_per_batch, block_rounds, timed, in_bytes, layout, input_slack,
+                      timed_rounds_per_batch=timed_rounds_per_batch(rounds_per_batch, in_bytes))
+    evidence.memory = {**evidence.memory, "rounds_per_batch": rounds_per_batch,
+                       **({"timed_rounds_per_batch": out.timed_rounds_per_batch} if timed else {})}
     if timed:
         assert layout is not None
         for role in (REFERENCE, CANDIDATE):

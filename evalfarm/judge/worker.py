@@ -428,15 +428,18 @@ class Worker:
             self._reset_l2()
         self._sync()
 
-    def _timed(self, fn: Any, args: list[Any]) -> tuple[Any, int, float | None, int]:
+    def _timed(self, fn: Any, args: list[Any], flush: bool = True) -> tuple[Any, int, float | None, int]:
         """(output, call ns, CUDA-event us, pre-call ns). Before the call, the L2 is flushed from this
         process's own context (so the call starts cold, and the GPU's switch from the judge's
         context to this one is paid here rather than inside the call); that pre-call time is
-        reported too, since it is the one moment the call's inputs are visible untimed."""
+        reported too, since it is the one moment the call's inputs are visible untimed. ``flush``
+        False (a correctness block's call, never a timing sample): no flush and no synchronisation
+        of its own, the preparation's synchronisation just before it being the last."""
         p0 = _perf_ns()
-        if self._flush_buf is not None:
+        if flush and self._flush_buf is not None:
             self._flush_buf.zero_()
-        self._sync()
+        if flush:
+            self._sync()
         if self.is_cuda:
             e0, e1 = self._event(enable_timing=True), self._event(enable_timing=True)
             e0.record()
@@ -449,11 +452,11 @@ class Worker:
         ev = e0.elapsed_time(e1) * 1000.0 if self.is_cuda else None
         return out, t1 - t0, ev, t0 - p0
 
-    def run_call(self, rd: dict[str, Any]) -> dict[str, Any]:
+    def run_call(self, rd: dict[str, Any], flush: bool = True) -> dict[str, Any]:
         r = int(rd["r"])
         args = self._args(rd["in"])
         try:
-            out, t, ev, pre = self._timed(self.model, args)
+            out, t, ev, pre = self._timed(self.model, args, flush)
         except BaseException as err:  # noqa: BLE001
             return self._call_error(err, r, traceback.format_exc()[-8000:])
         called = _perf_ns()
@@ -500,8 +503,9 @@ class Worker:
         self._sync()
 
     def run_block(self, block: dict[str, Any]) -> dict[str, Any]:
-        """A correctness block: its rounds in order, each exactly as ``run_call`` runs one (the
-        timed call, the structure and aliasing checks, the output copied out), each call after the
+        """A correctness block: its rounds in order, each as ``run_call`` runs one (the call, the
+        structure and aliasing checks, the output copied out) but without the L2 flush before the
+        call (its time is never a sample), each call after the
         first preceded by the preparation ``prepare`` made for the first (poisoning, L2 reset,
         synchronisation; the reference's quiet-GPU wait only once, before the block). A "called"
         message after each call but the last (the judge bounds every call, not only the block),
@@ -513,7 +517,8 @@ class Worker:
             if k:
                 self.send({"op": "called", "r": results[-1]["r"]})  # the judge bounds each call
                 self._prepare_memory()
-            reply = self.run_call(rd)
+            # Its times are never samples: no L2 flush (a cold cache is for timing alone).
+            reply = self.run_call(rd, flush=False)
             if reply["op"] != "round":
                 return reply
             results.append({key: value for key, value in reply.items() if key != "op"})
