@@ -346,6 +346,59 @@ def compare_outputs(out: object, ref: object, policy: str = "strict") -> Compari
     return worst
 
 
+# The scalars ``queued_check`` leaves on the device, in this order (float64).
+_QUEUED = ("equal", "ref_norm", "err_norm", "max_abs", "worst", "varies")
+
+
+def queued_check(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict") -> torch.Tensor | None:
+    """The device work of ``compare_tensor`` for a pair that passes, queued without waiting for the
+    device: a float64 tensor of ``_QUEUED``'s scalars, from which ``passed`` returns the very
+    Comparison ``compare_tensor`` would (the same operations on the same data), or None where it
+    could fail. None where only ``compare_tensor`` answers: the kernelbench policy, complex
+    tensors, fewer than 2 or more than ``CHUNK_ELEMENTS`` elements. Shapes and dtypes must match
+    (``check_structure``)."""
+    n = ref.numel()
+    if policy != "strict" or ref.is_complex() or n < 2 or n > CHUNK_ELEMENTS:
+        return None
+    o_all, r_all = _flat(out), _flat(ref)
+    equal = torch.eq(o_all, r_all).all().to(torch.float64)  # torch.equal's answer: NaN equals nothing
+    if not ref.is_floating_point():
+        return equal.reshape(1)
+    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    o, r = o_all.to(work), r_all.to(work)
+    diff = (o - r).abs()
+    ref_norm = torch.linalg.vector_norm(r, dtype=torch.float64)
+    err_norm = torch.linalg.vector_norm(diff, dtype=torch.float64)
+    m, i = torch.max(diff, 0)  # the first index of the largest difference, as _Errors.add takes it
+    varies = (o_all[0] != o_all[n - 1]).to(torch.float64)  # _constant_output's first look
+    return torch.stack([equal, ref_norm, err_norm, m.to(torch.float64), i.to(torch.float64), varies])
+
+
+def passed(values: list[float], ref: torch.Tensor) -> Comparison | None:
+    """``compare_tensor``'s Comparison from ``queued_check``'s scalars (read back) when the pair
+    passes with them alone: equal, or finite, not constant, within the relative L2 bound and with
+    no difference above the smallest bound any element gets (the strict policy's shortcut). None
+    otherwise: ``compare_tensor`` then decides, with its reasons and numbers."""
+    if values[0]:
+        return Comparison(ok=True)
+    if not ref.is_floating_point():
+        return None
+    _, ref_norm, err_norm, max_abs, worst, varies = values
+    if not (math.isfinite(ref_norm) and math.isfinite(err_norm)) or not varies:
+        return None
+    errors = _Errors(ref_sq=ref_norm ** 2, err_sq=err_norm ** 2, max_abs=max_abs, worst=int(worst))
+    ref_norm, err_norm = errors.ref_sq ** 0.5, errors.err_sq ** 0.5  # as _judged computes them
+    rel_l2 = err_norm / ref_norm if ref_norm > 0 else errors.max_abs
+    max_rel_l2, _rtol, atol_frac = STRICT_TOLERANCES.get(ref.dtype, STRICT_TOLERANCES[torch.float32])
+    if rel_l2 > max_rel_l2:
+        return None
+    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    rms = ref_norm / max(ref.numel(), 1) ** 0.5
+    if not (ELEMENTWISE_SHORTCUT and errors.max_abs <= float(torch.tensor(atol_frac * rms, dtype=work))):
+        return None
+    return Comparison(True, "", rel_l2, errors.max_abs, _unravel(errors.worst, ref.shape))
+
+
 def _unravel(flat_index: int, shape: torch.Size) -> list[int]:
     idx = []
     for dim in reversed(shape):

@@ -14,13 +14,14 @@ arena with the strides its worker reported, with the reference worker's for the 
 (``evalfarm.compare.compare_outputs``), and, unless the reference itself writes into its inputs,
 checks that the candidate's input slots still hold the judge's pristine inputs.
 
-A batch's audits start with one look at all of its audited rounds (``RoundAudit.identical``): for
-each, whether every output tensor equals the reference's element for element (as ``torch.equal``)
-and every input slot still holds its pristine input, all queued on the device and read back with
-one synchronisation, where each round's own checks would wait for the device several times. A
-round found so needs nothing more: ``compare_outputs`` returns for it exactly what it returns for
-equal outputs. Every other round is checked in full, as before, so a failure's reason and
-numbers never come from the shortcut.
+A batch's audits start with one look at all of its audited rounds (``RoundAudit.prechecked``):
+for each, the comparison's device work queued (``evalfarm.compare.queued_check``) with whether
+every input slot still holds its pristine input, all read back with one synchronisation, where each
+round's own checks would wait for the device several times. A round that passes with those
+figures alone (outputs equal to the reference's, or within the strict policy's bounds by its
+shortcut) gets exactly the Comparison ``compare_outputs`` returns for it, from the same operations
+on the same data. Every other round is checked in full, as before, so a failure's reason and
+numbers never come from the look.
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evalfarm.compare import Comparison, check_structure, compare_outputs, flatten_output
+from evalfarm.compare import (
+    CHUNK_ELEMENTS,
+    Comparison,
+    check_structure,
+    compare_outputs,
+    flatten_output,
+    passed,
+    queued_check,
+)
 from evalfarm.judge.arena import Arena
 from evalfarm.judge.blame import Verdicted
 from evalfarm.judge.roles import CANDIDATE, REFERENCE
@@ -39,11 +48,6 @@ from evalfarm.verdict import Verdict
 
 if TYPE_CHECKING:
     from evalfarm.judge.rounds import RoundPlan
-
-
-# RoundAudit.identical leaves out rounds with a tensor larger than this (their element-wise
-# comparison would also need a temporary of this many bytes).
-IDENTICAL_MAX_ELEMENTS = 1 << 24
 
 
 class AuditSchedule:
@@ -75,7 +79,6 @@ class RoundAudit:
     tuple_out: bool  # the task's Model returns a tuple (or list) of tensors
     tolerance: Any  # ScoreConfig.tolerance
     ref_mutates_inputs: bool  # the reference writes into its own inputs: the candidate may too
-    device: torch.device = torch.device("cpu")  # where the arenas are (RoundAudit.identical's flags)
 
     def outputs(self, plan: RoundPlan, role: str) -> Any:
         """``role``'s outputs of the round, as its worker laid them out (HACK_DETECTED where the
@@ -95,15 +98,14 @@ class RoundAudit:
         """The candidate's outputs against the reference's."""
         return compare_outputs(self.outputs(plan, CANDIDATE), self.outputs(plan, REFERENCE), self.tolerance)
 
-    def identical(self, plans: list[RoundPlan]) -> set[int]:
-        """The rounds of ``plans`` (by ``r``) whose candidate outputs equal the reference's element
-        for element, in structure as ``check_structure`` wants it, and whose candidate input slots
-        (unless the reference writes into its inputs) still hold the pristine inputs: what
-        ``compare`` and ``input_modified`` would find, read back with one synchronisation. A round
-        with a tensor of more than ``IDENTICAL_MAX_ELEMENTS`` elements is left out (checked in
-        full: its comparison costs far more than a synchronisation)."""
-        flags: list[torch.Tensor] = []
-        rounds: list[int] = []
+    def prechecked(self, plans: list[RoundPlan]) -> dict[int, Comparison]:
+        """The rounds of ``plans`` (by ``r``) that pass, with the Comparison ``compare`` would
+        return for each, found by one look at all of them: each output pair's comparison queued
+        on the device (``evalfarm.compare.queued_check``), with whether each candidate input slot
+        still holds its pristine input (unless the reference writes into its inputs), then read
+        back with one synchronisation. A round missing here (one that may fail, or whose outputs
+        only ``compare`` can judge) is checked in full."""
+        queued: list[tuple[RoundPlan, list[Any], list[torch.Tensor], torch.Tensor | None]] = []
         for plan in plans:
             try:
                 cand, ref = self.outputs(plan, CANDIDATE), self.outputs(plan, REFERENCE)
@@ -111,20 +113,35 @@ class RoundAudit:
                 continue  # a layout that does not fit its slots: compare() says so
             if check_structure(cand, ref):
                 continue
-            pairs = list(zip(flatten_output(cand), flatten_output(ref), strict=True))
-            if not self.ref_mutates_inputs:
-                arena = self.arenas[CANDIDATE, "in"]
-                pairs += [(arena.view(slot), v) for v, slot in
-                          zip(plan.inputs, plan.calls[CANDIDATE].in_slots, strict=True) if slot is not None]
-            if any(a.numel() > IDENTICAL_MAX_ELEMENTS or a.shape != b.shape for a, b in pairs):
+            refs = flatten_output(ref)
+            checks = [queued_check(o, r, self.tolerance) for o, r in zip(flatten_output(cand), refs, strict=True)]
+            inputs = [(self.arenas[CANDIDATE, "in"].view(slot), v) for v, slot in
+                      zip(plan.inputs, plan.calls[CANDIDATE].in_slots, strict=True) if slot is not None]
+            if any(c is None for c in checks) or any(v.numel() > CHUNK_ELEMENTS for v, _ in inputs):
+                continue  # only compare() answers, or an input so large that a look costs more than it saves
+            flags = [torch.eq(view, v).all().to(torch.float64).reshape(1) for view, v in inputs
+                     if not self.ref_mutates_inputs]
+            queued.append((plan, refs, [c for c in checks if c is not None], torch.cat(flags) if flags else None))
+        if not queued:
+            return {}
+        # The one synchronisation: each round's scalars, output pair by output pair, then its input flags.
+        values = iter(torch.cat([t for _, _, checks, flags in queued for t in (*checks, *(() if flags is None else (flags,)))])
+                      .cpu().tolist())
+        found: dict[int, Comparison] = {}
+        for plan, refs, checks, flags in queued:
+            rows = [[next(values) for _ in range(t.numel())] for t in checks]
+            untouched = flags is None or all([next(values) for _ in range(flags.numel())])
+            results = [passed(row, r) for row, r in zip(rows, refs, strict=True)]
+            if not untouched or any(c is None for c in results):
                 continue
-            parts = [torch.eq(a, b).all() for a, b in pairs]
-            flags.append(torch.stack(parts).all() if parts else torch.ones((), dtype=torch.bool, device=self.device))
-            rounds.append(plan.r)
-        if not flags:
-            return set()
-        found = torch.stack(flags).cpu().tolist()  # the one synchronisation
-        return {r for r, same in zip(rounds, found, strict=True) if same}
+            worst = Comparison(ok=True)  # as compare_outputs picks it
+            for i, c in enumerate(results):
+                assert c is not None
+                c.output_index = i
+                if c.rel_l2_error >= worst.rel_l2_error:
+                    worst = c
+            found[plan.r] = worst
+        return found
 
     def input_modified(self, plan: RoundPlan) -> bool:
         """Whether the candidate wrote into its inputs (never where the reference writes into its own)."""

@@ -351,7 +351,7 @@ class Judge:
                                     memory.rounds_per_batch, self.block_rounds, cfg.num_correctness_inputs,
                                     self.timed, self.trace, memory.input_slack,
                                     random.Random(secrets.randbits(63)), memory.timed_rounds_per_batch)
-        self.audit = RoundAudit(memory.arenas, ref.tuple_out, cfg.tolerance, ref.mutates_inputs, self.device)
+        self.audit = RoundAudit(memory.arenas, ref.tuple_out, cfg.tolerance, ref.mutates_inputs)
         result = self._measure()
         if result.ok and not self.correctness_only and self.evidence.timing is not None:
             self.evidence.roofline = self._roofline(self.evidence.timing)
@@ -516,13 +516,13 @@ class Judge:
             # Audits run only now, with both workers idle: judge work on the device never
             # overlaps a timed call. First one look at all of them (RoundAudit.identical).
             t_step = time.monotonic()
-            same = self.audit.identical([plan for plan in plans if plan.audited])
+            checked = self.audit.prechecked([plan for plan in plans if plan.audited])
             acc["rounds_audit"] += time.monotonic() - t_step
             for plan in plans:
                 if plan.audited:
                     counts.audited += 1
                     t_step = time.monotonic()
-                    c = self._audit(plan, in_correctness=plan.r < n_correct, identical=plan.r in same)
+                    c = self._audit(plan, in_correctness=plan.r < n_correct, passed=checked.get(plan.r))
                     acc["rounds_audit"] += time.monotonic() - t_step
                     if c.rel_l2_error >= worst.rel_l2_error:
                         worst = c
@@ -593,13 +593,12 @@ class Judge:
             score = 1.0
         return self._result(Verdict.OK, score, "")
 
-    def _audit(self, plan: RoundPlan, in_correctness: bool, identical: bool = False) -> Comparison:
+    def _audit(self, plan: RoundPlan, in_correctness: bool, passed: Comparison | None = None) -> Comparison:
         """Check one round's candidate output and inputs against the reference worker's; raise
-        Verdicted, or return the comparison. ``identical``: RoundAudit.identical found its outputs
-        equal to the reference's and its inputs untouched, so neither needs another look."""
+        Verdicted, or return the comparison. ``passed``: what RoundAudit.prechecked found for the
+        round (its outputs pass, its inputs untouched), so neither needs another look."""
         audit = self.audit
-        c = Comparison(ok=True, output_index=len(plan.calls[CANDIDATE].out_slots) - 1) if identical \
-            else audit.compare(plan)
+        c = passed if passed is not None else audit.compare(plan)
         gate = self.precision_gate
         if not c.ok:
             if in_correctness:
@@ -615,7 +614,7 @@ class Judge:
                                 f"{self.config.num_correctness_inputs}: {c.reason}" + (f"; {more}" if more else ""))
             raise Verdicted(Verdict.HACK_DETECTED, f"guard timed_output_audit: a timed call's output was wrong "
                             f"after all correctness inputs passed (round {plan.r}): {c.reason}")
-        if not identical and audit.input_modified(plan):
+        if passed is None and audit.input_modified(plan):
             raise Verdicted(Verdict.INCORRECT, f"the candidate modified its input in place (round {plan.r})")
         if in_correctness and gate is not None and gate.expects(plan.r):
             self._precision_round(plan, audit.outputs(plan, REFERENCE), audit.outputs(plan, CANDIDATE))
