@@ -7,9 +7,8 @@ import random
 import pytest
 import torch
 
-from evalfarm.compare import compare_outputs
-from evalfarm.judge.arena import Arena
 from evalfarm.compare import CHUNK_ELEMENTS
+from evalfarm.judge.arena import Arena
 from evalfarm.judge.audits import RoundAudit
 from evalfarm.judge.roles import CANDIDATE, REFERENCE
 from evalfarm.judge.rounds import Call, RoundPlan
