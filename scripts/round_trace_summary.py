@@ -11,6 +11,12 @@ minus the worker's pre-call, call and post-call parts) and the judge's own time 
 (``between``). Then the paired rounds whose times could be timing samples: how many, the median
 speedup by the worker's clock and by CUDA events, and their robust spread (interquartile range /
 1.349 / median), which sets how many rounds the confidence interval needs.
+
+Timed blocks (evalfarm.judge.timed_blocks) get a table of their own: per worker, the median over
+its timed calls (each block's warm-up call left out) of the call, of ``pre`` (gate to call start:
+the input copy and the flush), of the judge's window (gate opened to done word seen) and of
+``after`` (the window less the call and ``pre``: the output copy, the done word and how late the
+judge saw it); then the calls paired by round, as for lone calls.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalfarm.judge.round_trace import JUDGE_STEPS  # noqa: E402
+from evalfarm.judge.timed_blocks import WARMUP_CALLS  # noqa: E402
 
 # The rows of a table: the judge's steps with the worker's parts and the derived rests beside them.
 STEPS = ("warm_us", "prepare_us", "poison_us", "quiet_us", "prepare_rest", "stop_us", "judge_quiet_us", "write_us",
@@ -84,7 +91,7 @@ def summarize(lines: list[dict[str, Any]], skip: int) -> dict[str, Any]:
              if _num(p["candidate"], "call_us") > 0]
     ev = [_num(p["reference"], "event_us") / _num(p["candidate"], "event_us") for p in pairs
           if _num(p["candidate"], "event_us") > 0]
-    blocks = [d for d in rows if d.get("block")]
+    blocks = [d for d in rows if d.get("block") and not d.get("timed")]
     clocks = sorted(int(d["sm_mhz"]) for d in lone if isinstance(d.get("sm_mhz"), int))
     return {
         "exchanges": len(rows), "block_exchanges": len(blocks), "steps_us": steps,
@@ -94,10 +101,37 @@ def summarize(lines: list[dict[str, Any]], skip: int) -> dict[str, Any]:
         "event_speedup_median": round(statistics.median(ev), 4) if ev else None,
         "event_speedup_spread": round(robust_spread(ev), 4) if ev else None,
         "sm_mhz": [clocks[0], clocks[len(clocks) // 2], clocks[-1]] if clocks else None,  # min, median, max
+        "timed_blocks": timed_blocks(rows, skip),
         "paired_round_ms": round(statistics.median(_num(p["reference"], "exchange") + _num(p["candidate"], "exchange")
                                                    + _num(p["reference"], "between") + _num(p["candidate"], "between")
                                                    for p in pairs) / 1e3, 3) if pairs else None,
     }
+
+
+def timed_blocks(rows: list[dict[str, Any]], skip: int) -> dict[str, Any] | None:
+    """The timed blocks' calls: per worker the medians of call, pre, judge window and after (us), and
+    the calls paired by round (speedup median and spread by the workers' event times); None without."""
+    calls: dict[str, dict[int, dict[str, float]]] = {"reference": {}, "candidate": {}}
+    for d in rows:
+        if not (d.get("block") and d.get("timed")) or d.get("role") not in calls:
+            continue
+        for k, (r, call, pre, judge) in enumerate(zip(d.get("rounds") or [], d.get("call_us") or [],
+                                                      d.get("pre_us") or [], d.get("judge_us") or [], strict=False)):
+            if k >= WARMUP_CALLS and r >= skip:
+                calls[d["role"]][r] = {"call": call, "pre": pre, "judge": judge, "after": judge - call - pre}
+    if not any(calls.values()):
+        return None
+    out: dict[str, Any] = {}
+    for role, mine in calls.items():
+        out[role] = {key: round(statistics.median(c[key] for c in mine.values()), 1) if mine else None
+                     for key in ("call", "pre", "judge", "after")}
+        out[role]["n"] = len(mine)
+    ratio = [calls["reference"][r]["call"] / calls["candidate"][r]["call"]
+             for r in calls["reference"].keys() & calls["candidate"].keys() if calls["candidate"][r]["call"] > 0]
+    out["pairs"] = len(ratio)
+    out["speedup_median"] = round(statistics.median(ratio), 4) if ratio else None
+    out["speedup_spread"] = round(robust_spread(ratio), 4) if ratio else None
+    return out
 
 
 def main() -> None:
@@ -125,6 +159,13 @@ def main() -> None:
         print("|---|" + "---:|" * len(steps))
         for k in keys:
             print(f"| {k} | " + " | ".join(str(steps[r].get(k, "-")) for r in steps) + " |")
+        timed = res["timed_blocks"]
+        if timed:
+            print(f"\ntimed blocks: {timed['pairs']} calls paired by round, speedup {timed['speedup_median']} "
+                  f"(spread {timed['speedup_spread']})")
+            print("| timed call (median us) | reference | candidate |\n|---|---:|---:|")
+            for k in ("call", "pre", "judge", "after", "n"):
+                print(f"| {k} | {timed['reference'][k]} | {timed['candidate'][k]} |")
 
 
 if __name__ == "__main__":

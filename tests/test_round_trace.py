@@ -79,6 +79,24 @@ def test_the_summary_pairs_rounds_and_measures_their_spread():
     assert cand["between"] == pytest.approx(800.0) and cand["n"] == 40
 
 
+def test_the_summary_reads_timed_blocks_call_by_call_and_leaves_out_each_blocks_warm_up_call():
+    mod = _summary_module()
+    lines = []
+    for b in range(6):
+        rounds = list(range(100 + 4 * b, 104 + 4 * b))
+        for role, call, after in (("reference", 400.0, 30.0), ("candidate", 100.0, 330.0)):
+            lines.append({"role": role, "rounds": rounds, "block": True, "timed": True, "counted": True,
+                          "call_us": [call * 3] + [call] * 3, "pre_us": [50.0] * 4,
+                          "judge_us": [call * 3 + 50 + after] + [call + 50 + after] * 3})
+    lines.append({"role": "reference", "rounds": [0, 1], "block": True, "counted": True, "call_us": [1.0, 1.0]})
+    res = mod.summarize(lines, skip=0)
+    timed = res["timed_blocks"]
+    assert res["block_exchanges"] == 1  # the correctness block alone
+    assert timed["reference"] == {"call": 400.0, "pre": 50.0, "judge": 480.0, "after": 30.0, "n": 18}
+    assert timed["candidate"]["after"] == 330.0 and timed["pairs"] == 18 and timed["speedup_median"] == 4.0
+    assert mod.summarize(lines[-1:], skip=0)["timed_blocks"] is None
+
+
 def test_a_judge_writes_its_trace_where_the_operator_asks(data_dir, build_pool, tmp_path, monkeypatch):
     monkeypatch.setenv(ROUND_TRACE_ENV, str(tmp_path))
     cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.3, min_timed_rounds=10, timing_protocol="lone")
