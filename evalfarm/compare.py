@@ -374,11 +374,19 @@ def queued_check(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict") -
     return torch.stack([equal, ref_norm, err_norm, m.to(torch.float64), i.to(torch.float64), varies])
 
 
+class _NeedsData(Exception):
+    """``_judged`` asked for the elementwise pass, which only the data can answer."""
+
+
+def _needs_data() -> Any:
+    raise _NeedsData
+
+
 def passed(values: list[float], ref: torch.Tensor) -> Comparison | None:
     """``compare_tensor``'s Comparison from ``queued_check``'s scalars (read back) when the pair
-    passes with them alone: equal, or finite, not constant, within the relative L2 bound and with
-    no difference above the smallest bound any element gets (the strict policy's shortcut). None
-    otherwise: ``compare_tensor`` then decides, with its reasons and numbers."""
+    passes with them alone: equal, or finite, not constant, and passed by ``_judged`` without its
+    elementwise pass (within the relative L2 bound, no difference above the smallest bound any
+    element gets). None otherwise: ``compare_tensor`` then decides, with its reasons and numbers."""
     if values[0]:
         return Comparison(ok=True)
     if not ref.is_floating_point():
@@ -386,17 +394,13 @@ def passed(values: list[float], ref: torch.Tensor) -> Comparison | None:
     _, ref_norm, err_norm, max_abs, worst, varies = values
     if not (math.isfinite(ref_norm) and math.isfinite(err_norm)) or not varies:
         return None
+    # As _Errors.add accumulates a single chunk.
     errors = _Errors(ref_sq=ref_norm ** 2, err_sq=err_norm ** 2, max_abs=max_abs, worst=int(worst))
-    ref_norm, err_norm = errors.ref_sq ** 0.5, errors.err_sq ** 0.5  # as _judged computes them
-    rel_l2 = err_norm / ref_norm if ref_norm > 0 else errors.max_abs
-    max_rel_l2, _rtol, atol_frac = STRICT_TOLERANCES.get(ref.dtype, STRICT_TOLERANCES[torch.float32])
-    if rel_l2 > max_rel_l2:
+    try:
+        c = _judged(errors, ref, "strict", ref.numel(), _needs_data)
+    except _NeedsData:
         return None
-    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
-    rms = ref_norm / max(ref.numel(), 1) ** 0.5
-    if not (ELEMENTWISE_SHORTCUT and errors.max_abs <= float(torch.tensor(atol_frac * rms, dtype=work))):
-        return None
-    return Comparison(True, "", rel_l2, errors.max_abs, _unravel(errors.worst, ref.shape))
+    return c if c.ok else None
 
 
 def _unravel(flat_index: int, shape: torch.Size) -> list[int]:
