@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
+from evalfarm.judge.exchange import ARENA_BUDGET_ENV, Switches, arena_budget_bytes
 from evalfarm.judge.setup import (
     ARENA_BUDGET_CPU_BYTES,
     ARENA_BUDGET_CUDA_BOUNDS,
-    ARENA_BUDGET_ENV,
     TIMED_BATCH_HOST_BYTES,
     arena_budget,
     timed_rounds_per_batch,
@@ -21,8 +21,7 @@ from evalfarm.scoring import as_task
 GiB = 1 << 30
 
 
-def test_the_gpu_budget_is_a_share_of_the_device_within_bounds(monkeypatch):
-    monkeypatch.delenv(ARENA_BUDGET_ENV, raising=False)
+def test_the_gpu_budget_is_a_share_of_the_device_within_bounds():
     low, high = ARENA_BUDGET_CUDA_BOUNDS
     assert arena_budget("cuda", 16 * GiB) == low  # a small card: the lower bound
     assert arena_budget("cuda", 80 * GiB) == 5 * GiB  # an H100: a sixteenth
@@ -31,12 +30,17 @@ def test_the_gpu_budget_is_a_share_of_the_device_within_bounds(monkeypatch):
 
 
 def test_the_operator_sets_the_budget_in_mib_and_a_bad_value_is_refused(monkeypatch):
+    monkeypatch.delenv(ARENA_BUDGET_ENV, raising=False)
+    assert Switches.from_env("cuda").arena_budget_bytes == 0  # unset: the default
     monkeypatch.setenv(ARENA_BUDGET_ENV, "3072")
-    assert arena_budget("cuda", 80 * GiB) == 3 * GiB and arena_budget("cpu") == 3 * GiB
+    override = Switches.from_env("cuda").arena_budget_bytes
+    assert override == 3 * GiB
+    assert arena_budget("cuda", 80 * GiB, override) == 3 * GiB and arena_budget("cpu", 0, override) == 3 * GiB
     for bad in ("0", "-5", "1.5", "lots"):
         monkeypatch.setenv(ARENA_BUDGET_ENV, bad)
         with pytest.raises(ValueError, match=ARENA_BUDGET_ENV):
-            arena_budget("cuda", 80 * GiB)
+            Switches.from_env("cuda")
+    assert arena_budget_bytes(" ") == 0
 
 
 def test_a_timed_batch_holds_at_most_its_host_bytes_and_at_least_the_fewest_block_calls():

@@ -58,11 +58,14 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 # * REFERENCE_POISON_ENV (off unless "1"): the reference worker, which runs no candidate code, skips
 #   the free-memory poisoning in its preparation (the candidate's is the operator's POISON_ENV, as
 #   before); "1" poisons there too.
-# * PLACE_CALLS_ENV (evalfarm.judge.placement): timed calls' memory placed anew per call.
+# * PLACE_CALLS_ENV (evalfarm.judge.placement): timed calls' memory placed anew per call;
+# * ARENA_BUDGET_ENV (MiB, a positive integer; unset: evalfarm.judge.setup.arena_budget's default):
+#   the device memory of an evaluation's input/output arenas, so how many rounds a batch holds.
 GO_FIRST_ENV = "EVALFARM_GO_FIRST"
 JUDGE_SPIN_ENV = "EVALFARM_JUDGE_SPIN_US"
 ROUND_WRITE_ENV = "EVALFARM_ROUND_WRITE"
 REFERENCE_POISON_ENV = "EVALFARM_REFERENCE_POISON"
+ARENA_BUDGET_ENV = "EVALFARM_ARENA_BUDGET_MB"
 DEFAULT_JUDGE_SPIN_US = 2000
 # A worker's preparation for a call (poisoning free memory, the L2 flush, and on the reference's
 # side waiting for a quiet GPU) is bounded by this.
@@ -87,6 +90,17 @@ def judge_spin_s(setting: str, device_type: str) -> float:
     return us / 1e6 if device_type == "cuda" else 0.0
 
 
+def arena_budget_bytes(setting: str) -> int:
+    """ARENA_BUDGET_ENV in bytes: 0 where unset (the default budget); a setting that is not a
+    positive number of MiB is an error the operator sees at once."""
+    setting = setting.strip()
+    if not setting:
+        return 0
+    if not setting.isdigit() or int(setting) <= 0:
+        raise ValueError(f"{ARENA_BUDGET_ENV}={setting!r}: want a positive number of MiB")
+    return int(setting) << 20
+
+
 @dataclasses.dataclass(frozen=True)
 class Switches:
     """The operator's exchange switches, read from the judge's environment."""
@@ -97,17 +111,19 @@ class Switches:
     reference_poison: bool
     spin_s: float
     place_calls: bool = False  # evalfarm.judge.placement
+    arena_budget_bytes: int = 0  # ARENA_BUDGET_ENV; 0: evalfarm.judge.setup.arena_budget's default
 
     @classmethod
     def from_env(cls, device_type: str) -> Switches:
-        """From ``os.environ``; a bad JUDGE_SPIN_ENV or PLACE_CALLS_ENV raises ValueError."""
+        """From ``os.environ``; a bad JUDGE_SPIN_ENV, PLACE_CALLS_ENV or ARENA_BUDGET_ENV raises ValueError."""
         prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
         return cls(prepare_ahead=prepare_ahead,
                    go_first=os.environ.get(GO_FIRST_ENV, "1") != "0",
                    round_write=prepare_ahead and os.environ.get(ROUND_WRITE_ENV, "1") != "0",
                    reference_poison=os.environ.get(REFERENCE_POISON_ENV, "0") == "1",
                    spin_s=judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), device_type),
-                   place_calls=place_calls_wanted(os.environ.get(PLACE_CALLS_ENV, ""), device_type))
+                   place_calls=place_calls_wanted(os.environ.get(PLACE_CALLS_ENV, ""), device_type),
+                   arena_budget_bytes=arena_budget_bytes(os.environ.get(ARENA_BUDGET_ENV, "")))
 
 
 def raise_worker_error(msg: dict[str, Any], worker: WorkerHandle) -> None:

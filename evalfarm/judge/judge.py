@@ -268,7 +268,7 @@ class Judge:
         memory = self.rounds_memory = allocate_arenas(
             cfg, self.correctness_only, ref, self.device, self.block_rounds,
             {REFERENCE: link.ref, CANDIDATE: link.cand}, self.evidence, arenas,
-            INPUT_SLACK_BYTES if self.switches.place_calls else 0)
+            INPUT_SLACK_BYTES if self.switches.place_calls else 0, self.switches.arena_budget_bytes)
         self.block_rounds, self.timed = memory.block_rounds, memory.timed
         link.arenas = memory.arenas
         mark("setup_arenas")
@@ -514,7 +514,7 @@ class Judge:
                 for plan in plans:
                     allowance = run_lone_round(self.link, self.bounds, cfg, plan, allowance, fail)
             # Audits run only now, with both workers idle: judge work on the device never
-            # overlaps a timed call. First one look at all of them (RoundAudit.identical).
+            # overlaps a timed call. First one look at all of them (RoundAudit.prechecked).
             t_step = time.monotonic()
             checked = self.audit.prechecked([plan for plan in plans if plan.audited])
             acc["rounds_audit"] += time.monotonic() - t_step

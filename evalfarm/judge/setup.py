@@ -59,24 +59,19 @@ ARENA_BUDGET_CPU_BYTES = 256 << 20
 ARENA_BUDGET_CUDA_SHARE = 1 / 16
 ARENA_BUDGET_CUDA_BOUNDS = (1 << 30, 8 << 30)
 MAX_ROUNDS_PER_BATCH = 32
-# An operator's override of the arena budget, in MiB (a positive integer). Read by ``arena_budget``.
-ARENA_BUDGET_ENV = "EVALFARM_ARENA_BUDGET_MB"
 # A timed batch's inputs are copied to the judge's host memory (page-locked) before its blocks:
 # at most this many bytes of them (but at least MIN_BLOCK_CALLS rounds), so a large batch of
 # correctness rounds never pins gigabytes of host memory per slot.
 TIMED_BATCH_HOST_BYTES = 1 << 30
 
 
-def arena_budget(device_type: str, total_bytes: int = 0) -> int:
+def arena_budget(device_type: str, total_bytes: int = 0, override_bytes: int = 0) -> int:
     """The bytes the four input/output arenas may take together: the operator's
-    ``EVALFARM_ARENA_BUDGET_MB`` where set; on a GPU of ``total_bytes`` of memory,
-    ``ARENA_BUDGET_CUDA_SHARE`` of it within ``ARENA_BUDGET_CUDA_BOUNDS``; on a CPU
-    ``ARENA_BUDGET_CPU_BYTES``."""
-    raw = os.environ.get(ARENA_BUDGET_ENV, "").strip()
-    if raw:
-        if not raw.isdigit() or int(raw) <= 0:
-            raise ValueError(f"{ARENA_BUDGET_ENV}={raw!r}: want a positive number of MiB")
-        return int(raw) << 20
+    ``override_bytes`` where given (evalfarm.judge.exchange.ARENA_BUDGET_ENV); on a GPU of
+    ``total_bytes`` of memory, ``ARENA_BUDGET_CUDA_SHARE`` of it within ``ARENA_BUDGET_CUDA_BOUNDS``;
+    on a CPU ``ARENA_BUDGET_CPU_BYTES``."""
+    if override_bytes:
+        return override_bytes
     if device_type != "cuda":
         return ARENA_BUDGET_CPU_BYTES
     low, high = ARENA_BUDGET_CUDA_BOUNDS
@@ -354,11 +349,11 @@ class RoundMemory:
 
 def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, device: torch.device,
                     block_rounds: range, workers: dict[str, WorkerHandle], evidence: Evidence,
-                    arenas: list[Arena], input_slack: int = 0) -> RoundMemory:
+                    arenas: list[Arena], input_slack: int = 0, budget_bytes: int = 0) -> RoundMemory:
     """The rounds' input and output arenas (and with timed blocks each worker's staging area), as many
     rounds per batch as the memory allows; each allocated is added to ``arenas`` (closed by the caller).
     ``input_slack``: bytes more in each input arena where timed calls are placed (kept only with
-    timed blocks)."""
+    timed blocks). ``budget_bytes``: the operator's arena budget (``arena_budget``); 0: the default."""
     sample = ref.source.inputs(-1)
     in_bytes = tensors_bytes(sample)
     # Timed blocks where a round's inputs fit the staging area; decided before the arenas, which
@@ -374,7 +369,7 @@ def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, de
     memory.release()  # after that draw too: the rounds are checked against what is free then
     out_bytes = sum(aligned(math.prod(s) * d.itemsize) for s, d in ref.out_struct)
     budget = arena_budget(device.type, torch.cuda.get_device_properties(device).total_memory
-                          if device.type == "cuda" else 0)
+                          if device.type == "cuda" else 0, budget_bytes)
     per_round = 2 * (in_bytes + out_bytes)
     rounds_per_batch = max(1, min(MAX_ROUNDS_PER_BATCH, budget // max(per_round, 1)))
     if correctness_only:
