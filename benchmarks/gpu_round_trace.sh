@@ -24,16 +24,16 @@ DEVICE=${DEVICE:-cuda}
 WORK=$(mktemp -d)
 variant_path() {  # TASK VARIANT -> a candidate file
   python3 - "$1" "$2" "$WORK" <<'EOF'
+import os
 import sys
 from pathlib import Path
-import os
-import re
+from evalfarm.bench_daemon import identical_source
 task_id, variant, work = sys.argv[1:]
 if task_id.startswith("kb-level"):
     level, num = task_id[len("kb-level"):].split("/")
     task = next(Path(os.environ.get("KB_ROOT", ".kb"), "KernelBench", f"level{level}").glob(f"{num}_*.py"))
     out = Path(work) / f"identical_kb{level}_{num}.py"
-    out.write_text(re.sub(r"\bModel\b", "ModelNew", task.read_text()))
+    out.write_text(identical_source(task.read_text()))
     print(task.resolve(), out)
     sys.exit(0)
 level, num = task_id[1:].split("/")
@@ -43,7 +43,7 @@ if variant.startswith("@"):  # a candidate file by its path, e.g. @tests/honest/
     print(task.resolve(), Path(variant[1:]).resolve())
 elif variant == "identical":
     out = Path(work) / f"identical_{level}_{num}.py"
-    out.write_text(task.read_text().replace("class Model(", "class ModelNew(", 1))
+    out.write_text(identical_source(task.read_text()))
     print(task.resolve(), out)
 else:
     print(task.resolve(), next(root.glob(f"variants/level{level}/{num}_*/{variant}")).resolve())

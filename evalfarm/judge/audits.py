@@ -115,12 +115,12 @@ class RoundAudit:
                 continue
             refs = flatten_output(ref)
             checks = [queued_check(o, r, self.tolerance) for o, r in zip(flatten_output(cand), refs, strict=True)]
-            inputs = [(self.arenas[CANDIDATE, "in"].view(slot), v) for v, slot in
-                      zip(plan.inputs, plan.calls[CANDIDATE].in_slots, strict=True) if slot is not None]
+            inputs = [] if self.ref_mutates_inputs else [
+                (self.arenas[CANDIDATE, "in"].view(slot), v)
+                for v, slot in zip(plan.inputs, plan.calls[CANDIDATE].in_slots, strict=True) if slot is not None]
             if any(c is None for c in checks) or any(v.numel() > CHUNK_ELEMENTS for v, _ in inputs):
                 continue  # only compare() answers, or an input so large that a look costs more than it saves
-            flags = [torch.eq(view, v).all().to(torch.float64).reshape(1) for view, v in inputs
-                     if not self.ref_mutates_inputs]
+            flags = [torch.eq(view, v).all().to(torch.float64).reshape(1) for view, v in inputs]
             queued.append((plan, refs, [c for c in checks if c is not None], torch.cat(flags) if flags else None))
         if not queued:
             return {}

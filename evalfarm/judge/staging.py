@@ -127,7 +127,7 @@ class JudgeStaging:
 # where the wait's length falls in the sleep schedule: for two windows of different lengths (a
 # reference and a candidate call) the two lateness values differ by up to that much, and their
 # median difference did not cancel (honest kernels were charged 66-699 us per call as exchange
-# excess on an H200: docs/benchmarks.md, "Done words seen late"). Within this long, a look comes
+# excess on an H200: docs/security.md, "On the H200, 2026-11-29, seventh session"). Within this long, a look comes
 # within microseconds of the word.
 LOOK_WITHOUT_SLEEP_S = 0.1
 

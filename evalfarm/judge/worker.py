@@ -436,9 +436,9 @@ class Worker:
         False (a correctness block's call, never a timing sample): no flush and no synchronisation
         of its own, the preparation's synchronisation just before it being the last."""
         p0 = _perf_ns()
-        if flush and self._flush_buf is not None:
-            self._flush_buf.zero_()
         if flush:
+            if self._flush_buf is not None:
+                self._flush_buf.zero_()
             self._sync()
         if self.is_cuda:
             e0, e1 = self._event(enable_timing=True), self._event(enable_timing=True)
