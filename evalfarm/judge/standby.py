@@ -30,7 +30,7 @@ from collections import deque
 from typing import Any
 
 from evalfarm import sandbox
-from evalfarm.judge import framing
+from evalfarm.judge import bytecode, framing
 from evalfarm.judge.task_facts import TaskFacts
 from evalfarm.judge.task_window import WindowSpec
 from evalfarm.sandbox import lifetime
@@ -74,7 +74,12 @@ class JudgeProcess:
         self.parked_until = 0.0
         tmp = tempfile.mkdtemp(prefix="judge-", dir=self.run_dir.path)
         os.chmod(tmp, 0o711)
-        env = sandbox.judge_env(tmp, {**self.run_dir.env(), "EVALFARM_PARENT_PID": str(os.getpid())})
+        try:
+            env = sandbox.judge_env(tmp, {**self.run_dir.env(), "EVALFARM_PARENT_PID": str(os.getpid())},
+                                    bytecode.judge_cache(device))
+        except BaseException:
+            self.run_dir.close()
+            raise
         self.conn, child_sock = framing.channel_pair()
         fd = child_sock.fileno()
         try:

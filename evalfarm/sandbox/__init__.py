@@ -166,11 +166,16 @@ def clean_env(private_tmp: str, extra: dict[str, str] | None = None) -> dict[str
     return env
 
 
-def judge_env(private_tmp: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The judge's whole environment: an allow-list of the caller's, a private HOME, our PYTHONPATH."""
+def judge_env(private_tmp: str, extra: dict[str, str] | None = None, bytecode_dir: str = "") -> dict[str, str]:
+    """The judge's whole environment: an allow-list of the caller's, a private HOME, our PYTHONPATH.
+    ``bytecode_dir``: where the judge keeps compiled bytecode (evalfarm.judge.bytecode); without
+    it, the judge writes none."""
     env = {k: os.environ[k] for k in _JUDGE_ENV_KEEP if k in os.environ}
-    env.update(HOME=private_tmp, TMPDIR=private_tmp, PYTHONPATH=project_root(), PYTHONDONTWRITEBYTECODE="1",
-               PYTHONNOUSERSITE="1")
+    env.update(HOME=private_tmp, TMPDIR=private_tmp, PYTHONPATH=project_root(), PYTHONNOUSERSITE="1")
+    if bytecode_dir:
+        env["PYTHONPYCACHEPREFIX"] = bytecode_dir
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     if extra:
         env.update(extra)
     return env

@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from evalfarm.judge import bytecode
 from evalfarm.sandbox import bubblewrap, cgroup, isolation, lifetime
 from evalfarm.server import lenient
 from evalfarm.server.auth import BearerTokenInterceptor
@@ -68,6 +69,16 @@ def check_sandbox(config: ServerConfig) -> isolation.Isolation:
     return found
 
 
+def check_judge_bytecode(config: ServerConfig) -> None:
+    """The start-up check of EVALFARM_JUDGE_BYTECODE (raises ServerConfigError for a bad value),
+    and where this daemon's judges keep their bytecode (evalfarm.judge.bytecode), logged."""
+    try:
+        where = bytecode.judge_cache(config.device_mode)
+    except bytecode.SettingError as err:
+        raise ServerConfigError(str(err)) from None
+    log.info("event=judge_bytecode dir=%r", where or "none: judges compile what they import from source")
+
+
 def _address(host: str, port: int) -> str:
     return f"[{host.strip('[]')}]:{port}" if ":" in host.strip("[]") else f"{host}:{port}"
 
@@ -78,6 +89,8 @@ class Daemon:
         # The real scoring backend runs candidates: first the sandbox check (raises WeakSandbox).
         # A backend given by the caller (tests' fakes) runs none, and is not checked.
         self.sandbox = check_sandbox(config) if backend is None else None
+        if backend is None:
+            check_judge_bytecode(config)
         self.metrics = Metrics(FarmService.slot_labels(config), version=_version(), mode=config.device_mode)
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file is not None else None
         self.certs = (CertFiles(config.tls_cert, config.tls_key, config.tls_client_ca)
