@@ -176,3 +176,33 @@ def test_judges_fill_the_cache_with_library_and_farm_bytecode_only(data_dir, bui
         assert p.suffix == ".pyc", p
         assert any(os.path.realpath(source).startswith(root + os.sep) or source.startswith(root + os.sep)
                    for root in roots), f"bytecode of a module outside the library and the package: {source}"
+
+
+def test_a_worker_reads_the_judges_cache_and_may_not_write_it(tmp_path, monkeypatch):
+    from evalfarm.judge import worker_processes
+    from evalfarm.judge.roles import REFERENCE
+
+    cache = tmp_path / "bc"
+    cache.mkdir()
+    seen: dict = {}
+
+    class Started(Exception):
+        pass
+
+    def fake_popen(argv, **kwargs):
+        seen.update(argv=list(argv), env=kwargs["env"])
+        raise Started
+
+    monkeypatch.setattr(worker_processes.subprocess, "Popen", fake_popen)
+    for prefix in (None, str(cache)):  # a judge without the cache, then one with it
+        seen.clear()
+        monkeypatch.setattr(sys, "pycache_prefix", prefix)
+        with pytest.raises(Started):
+            worker_processes.WorkerHandle("cpu", str(tmp_path / "w"), REFERENCE)
+        env, argv = seen["env"], seen["argv"]
+        assert env["PYTHONDONTWRITEBYTECODE"] == "1"  # a worker never writes bytecode
+        assert env.get("PYTHONPYCACHEPREFIX") == prefix
+        binds = [argv[k:k + 3] for k in range(len(argv) - 2) if argv[k] in ("--bind", "--ro-bind")]
+        assert not any(str(cache) in b[1] for b in binds if b[0] == "--bind")  # never writable
+        if prefix and "--ro-bind" in argv:  # in bubblewrap: shown read-only
+            assert ["--ro-bind", str(cache), str(cache)] in binds

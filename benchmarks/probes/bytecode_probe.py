@@ -3,8 +3,9 @@
 Prints, for a few packages a judge imports, how many of their modules have current bytecode
 beside their sources; what evalfarm.judge.bytecode decides for judges here; then the seconds of
 a judge-like start (``import torch`` and the memory plan's shape-only pass, ``warm_meta``) in a
-fresh interpreter three ways: as judges start without the cache (no bytecode written), filling a
-fresh cache, and reading it.
+fresh interpreter four ways: as judges start without the cache (no bytecode written, the
+library's own read where it has any), as they would on a host whose library has none (every
+module compiled from source: an empty, unwritten prefix), filling a fresh cache, and reading it.
 
     python benchmarks/probes/bytecode_probe.py [--device cuda] [--repeats 3]
 """
@@ -57,11 +58,14 @@ def main() -> None:
     print(f"candidates cannot write a cache here ({args.device}): {bytecode.candidates_cannot_write(args.device)}")
     print(f"judges' cache with {bytecode.SWITCH_ENV}={bytecode.setting()}: {bytecode.judge_cache(args.device) or 'none'}")
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    with tempfile.TemporaryDirectory() as cache:
-        rows = {"no cache (as judges without it)": [], "cache, reading": []}
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as empty:
+        rows: dict[str, list[float]] = {"no cache (as judges without it)": [],
+                                        "no bytecode anywhere (a library without it)": [], "cache, reading": []}
         fill = timed_start({**base, "PYTHONPYCACHEPREFIX": cache})
         for _ in range(args.repeats):
             rows["no cache (as judges without it)"].append(timed_start({**base, "PYTHONDONTWRITEBYTECODE": "1"}))
+            rows["no bytecode anywhere (a library without it)"].append(
+                timed_start({**base, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": empty}))
             rows["cache, reading"].append(timed_start({**base, "PYTHONPYCACHEPREFIX": cache}))
         print("\n| judge-like start (import torch, warm_meta) | seconds, median | each |\n|---|---:|---|")
         print(f"| cache, filling it (once) | {fill:.2f} | |")

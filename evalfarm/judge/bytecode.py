@@ -16,7 +16,9 @@ there: the first judge compiles what it imports, later ones read it. Python chec
 file against its source (modification time and size, as for ``__pycache__``), so an upgraded
 library is compiled afresh. What a judge imports through the import system is the library and
 the ``evalfarm`` package only: a task's module is executed from its source
-(evalfarm.tasks.format), never imported, and no candidate code runs in a judge.
+(evalfarm.tasks.format), never imported, and no candidate code runs in a judge. The judge's
+workers read the cache too, never writing (evalfarm.judge.worker_processes: a read-only bind in
+bubblewrap, ``PYTHONDONTWRITEBYTECODE`` set), so a fresh worker does not compile torch either.
 
 Why a candidate cannot use it: bytecode in the cache runs in the judge, so the cache is used
 only where no candidate process can write there: workers and builds inside bubblewrap (whose

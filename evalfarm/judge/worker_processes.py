@@ -11,6 +11,7 @@ import dataclasses
 import os
 import signal
 import subprocess
+import sys
 from typing import Any
 
 from evalfarm import sandbox
@@ -54,6 +55,11 @@ class WorkerHandle:
             extra["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES_FOR_WORKER", "") or _visible(idx)
             extra[WARM_ENV] = "cuda:0"  # the worker creates its CUDA context before its task is known
         self.started_seen = False  # its {"op": "started"} (interpreter, torch, device context ready) was read
+        # The judges' bytecode cache (evalfarm.judge.bytecode), read-only: the worker imports what
+        # the judges compiled and writes nothing (PYTHONDONTWRITEBYTECODE, a read-only bind).
+        bytecode_dir = sys.pycache_prefix or ""
+        if bytecode_dir:
+            extra["PYTHONPYCACHEPREFIX"] = bytecode_dir
         argv = [*sandbox.python_cmd("evalfarm.judge.worker"), str(fd)]
         if bwrap is not None:
             for name in KEPT_DIRS:
@@ -62,7 +68,8 @@ class WorkerHandle:
             host_shm = device.startswith("cuda") and bubblewrap.gpu_shm_handover()
             view = bubblewrap.WorkerView(  # never the daemon's caches, config, token or TLS key
                 own_dir=tmp, scratch_bytes=scratch_bytes, keep=KEPT_DIRS,
-                readable=tuple(confine.needed_paths() + ([staged_cache] if staged_cache else [])),
+                readable=tuple(confine.needed_paths() + ([staged_cache] if staged_cache else [])
+                               + ([bytecode_dir] if bytecode_dir else [])),
                 network=not confine.own_network(),
                 devices=bubblewrap.gpu_device_nodes() if device.startswith("cuda") else (),
                 shared=bubblewrap.shared_dirs(), host_shm_until_attach=host_shm)
