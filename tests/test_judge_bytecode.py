@@ -57,6 +57,23 @@ def test_the_library_probe_finds_modules_without_bytecode(tmp_path, monkeypatch)
     py_compile.compile(str(src), cfile=bytecode._plain_cache_path(str(src)), doraise=True)
     assert not bytecode.library_lacks_bytecode(("probe_no_pyc",))
     assert not bytecode.library_lacks_bytecode(("no_such_module_here", "no_such_package.sub"))
+    # A submodule of a package, found on disk without importing the package.
+    pkg = src.parent / "probe_pkg"
+    (pkg / "sub").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "sub" / "__init__.py"):
+        init.write_text("raise RuntimeError('imported')\n")
+        py_compile.compile(str(init), cfile=bytecode._plain_cache_path(str(init)), doraise=True)
+    assert not bytecode.library_lacks_bytecode(("probe_pkg", "probe_pkg.sub"))
+    os.remove(bytecode._plain_cache_path(str(pkg / "sub" / "__init__.py")))
+    assert bytecode.library_lacks_bytecode(("probe_pkg", "probe_pkg.sub"))
+    assert "probe_pkg" not in sys.modules
+
+
+def test_the_library_probe_imports_nothing():
+    out = subprocess.run([sys.executable, "-c", "import sys\nfrom evalfarm.judge import bytecode\n"
+                          "bytecode.library_lacks_bytecode()\nprint('torch' in sys.modules, 'sympy' in sys.modules)"],
+                         capture_output=True, text=True, timeout=60, cwd=sandbox.project_root())
+    assert out.stdout.split() == ["False", "False"], out.stderr
 
 
 def test_the_cache_is_a_prefix_for_judges_only(tmp_path, monkeypatch):

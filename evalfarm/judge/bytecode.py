@@ -102,14 +102,30 @@ def library_lacks_bytecode(modules: tuple[str, ...] = PROBE_MODULES) -> bool:
     """Whether any of ``modules`` that this interpreter can find has no current bytecode beside
     its source (found, not imported: importing torch here would cost what it measures)."""
     for name in modules:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue  # a parent package that is not installed
-        origin = getattr(spec, "origin", None) if spec is not None else None
-        if isinstance(origin, str) and origin.endswith(".py") and not has_current_bytecode(origin):
+        source = _source_of(name)
+        if source is not None and not has_current_bytecode(source):
             return True
     return False
+
+
+def _source_of(name: str) -> str | None:
+    """The source file of module ``name`` (dotted), found on disk without importing anything
+    (``find_spec`` of a submodule would import its package); None where there is none."""
+    top, *rest = name.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return spec.origin if isinstance(spec.origin, str) and spec.origin.endswith(".py") else None
+    for base in spec.submodule_search_locations or ():
+        path = Path(base, *rest)
+        for candidate in (path / "__init__.py", path.with_suffix(".py")):
+            if candidate.is_file():
+                return str(candidate)
+    return None
 
 
 def candidates_cannot_write(device: str) -> tuple[bool, str]:
