@@ -183,6 +183,7 @@ def test_judges_fill_the_cache_with_library_and_farm_bytecode_only(data_dir, bui
     for _ in range(2):
         r = score(data_dir / "task_scale.py", data_dir / "cand_same.py", QUICK, build_pool=build_pool)
         assert r.verdict is Verdict.OK, r.detail
+        assert any(str(cache) in note for note in r.evidence.isolation), r.evidence.isolation  # said
     files = [p for p in cache.rglob("*") if p.is_file()]
     assert any(p.name.startswith("judge.cpython") and p.parent.name == "judge" for p in files)
     assert any(p.parent.name == "torch" and p.name.startswith("__init__.cpython") for p in files)

@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> None:
         note = cpu_pinning.pin_self(cores.judge)
         hardening.append(note or f"cpu cores: judge {cores.judge}, reference worker {cores.reference}, "
                                  f"candidate worker {cores.candidate}")
+    if sys.pycache_prefix:  # evalfarm.judge.bytecode
+        hardening.append(f"judge bytecode kept in the farm's cache {sys.pycache_prefix} (its workers read it, "
+                         f"never writing)")
     conn = Connection(args.fd)
 
     def report_pgid(pgid: int) -> None:
