@@ -212,15 +212,18 @@ def test_a_worker_reads_the_judges_cache_and_may_not_write_it(tmp_path, monkeypa
         raise Started
 
     monkeypatch.setattr(worker_processes.subprocess, "Popen", fake_popen)
-    for prefix in (None, str(cache)):  # a judge without the cache, then one with it
+    gone = str(tmp_path / "removed-under-the-daemon")
+    # A judge without the cache, one whose cache was removed meanwhile, then one with it.
+    for prefix, expected in ((None, None), (gone, None), (str(cache), str(cache))):
         seen.clear()
         monkeypatch.setattr(sys, "pycache_prefix", prefix)
         with pytest.raises(Started):
             worker_processes.WorkerHandle("cpu", str(tmp_path / "w"), REFERENCE)
         env, argv = seen["env"], seen["argv"]
         assert env["PYTHONDONTWRITEBYTECODE"] == "1"  # a worker never writes bytecode
-        assert env.get("PYTHONPYCACHEPREFIX") == prefix
+        assert env.get("PYTHONPYCACHEPREFIX") == expected
+        assert gone not in argv
         binds = [argv[k:k + 3] for k in range(len(argv) - 2) if argv[k] in ("--bind", "--ro-bind")]
         assert not any(str(cache) in b[1] for b in binds if b[0] == "--bind")  # never writable
-        if prefix and "--ro-bind" in argv:  # in bubblewrap: shown read-only
+        if expected and "--ro-bind" in argv:  # in bubblewrap: shown read-only
             assert ["--ro-bind", str(cache), str(cache)] in binds

@@ -57,7 +57,8 @@ class WorkerHandle:
         self.started_seen = False  # its {"op": "started"} (interpreter, torch, device context ready) was read
         # The judges' bytecode cache (evalfarm.judge.bytecode), read-only: the worker imports what
         # the judges compiled and writes nothing (PYTHONDONTWRITEBYTECODE, a read-only bind).
-        bytecode_dir = sys.pycache_prefix or ""
+        # Not where it is gone (removed under a running daemon): bubblewrap cannot bind what is not there.
+        bytecode_dir = sys.pycache_prefix if sys.pycache_prefix and os.path.isdir(sys.pycache_prefix) else ""
         if bytecode_dir:
             extra["PYTHONPYCACHEPREFIX"] = bytecode_dir
         argv = [*sandbox.python_cmd("evalfarm.judge.worker"), str(fd)]
