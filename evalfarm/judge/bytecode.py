@@ -89,13 +89,11 @@ def has_current_bytecode(source: str) -> bool:
 
 
 def _plain_cache_path(source: str) -> str:
-    """The ``__pycache__`` path of ``source``, whatever this process's own pycache prefix."""
-    saved = sys.pycache_prefix
-    sys.pycache_prefix = None
-    try:
-        return importlib.util.cache_from_source(source)
-    finally:
-        sys.pycache_prefix = saved
+    """The ``__pycache__`` path of ``source`` (``importlib.util.cache_from_source`` without a
+    pycache prefix), whatever this process's own prefix, and without touching it."""
+    head, name = os.path.split(source)
+    opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
+    return os.path.join(head, "__pycache__", f"{name.rpartition('.')[0]}.{sys.implementation.cache_tag}{opt}.pyc")
 
 
 def library_lacks_bytecode(modules: tuple[str, ...] = PROBE_MODULES) -> bool:
@@ -136,13 +134,12 @@ def candidates_cannot_write(device: str) -> tuple[bool, str]:
     found = isolation.assess(device)
     if found.build == "bubblewrap" and found.worker == "bubblewrap":
         return True, ""  # a mount namespace of read-only binds, the cache not among them
-    if os.geteuid() == 0:
-        try:
-            target = confine.target_identity()
-        except ValueError:
-            target = None
-        if target is not None and target[0] != 0:
-            return True, ""  # another uid, for which the directory is closed
+    try:
+        target = confine.target_identity()  # None unless the daemon is root and candidates change uid
+    except ValueError:
+        target = None
+    if target is not None and target[0] != 0:
+        return True, ""  # another uid, for which the directory is closed
     return False, "candidates run with the daemon's uid and no mount namespace"
 
 
