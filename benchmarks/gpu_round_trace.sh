@@ -66,9 +66,11 @@ for cand in $CANDIDATES; do
     mkdir -p "$OUT/rt/$tag"
     echo "== $tag ($cand, ${items[*]:-as it is})"
     if [ "${PROFILE:-0}" = 1 ]; then envs+=("EVALFARM_JUDGE_CPROFILE=$OUT/rt/$tag"); fi
+    t0=$(date +%s.%N)
     (cd "$root" && env "${envs[@]}" PYTHONPATH="/tmp/site:$root" EVALFARM_ROUND_TRACE="$OUT/rt/$tag" python3 -m evalfarm score --device "$DEVICE" \
       --task "$task_file" --candidate "$cand_file" --inputs "$INPUTS" --budget "$BUDGET" --no-other-sizes \
       "${flags[@]}" --json > "$OUT/rt/$tag/result.json" 2> "$OUT/rt/$tag/stderr.log")
+    echo "$t0 $(date +%s.%N)" | awk '{printf "%.2f\n", $2 - $1}' > "$OUT/rt/$tag/wall_s.txt"
     python3 - "$OUT/rt/$tag/result.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -97,13 +99,14 @@ done
 python3 - "$OUT/rt" <<'EOF' | tee "$OUT/table.md"
 import json, subprocess, sys
 from pathlib import Path
-print("| evaluation | verdict | speedup | rounds | correctness s | timing s | paired round ms | round spread |")
-print("|---|---|---:|---:|---:|---:|---:|---:|")
+print("| evaluation | verdict | speedup | rounds | wall s | evaluation s | correctness s | timing s | paired round ms "
+      "| round spread |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for d in sorted(Path(sys.argv[1]).iterdir()):
     try:
         r = json.loads((d / "result.json").read_text())
     except (OSError, ValueError):
-        print(f"| {d.name} | no result | | | | | | |")
+        print(f"| {d.name} | no result | | | | | | | | |")
         continue
     ev = r.get("evidence", {})
     t, ph = ev.get("timing") or {}, ev.get("phases_s", {})
@@ -111,7 +114,9 @@ for d in sorted(Path(sys.argv[1]).iterdir()):
                          text=True)
     s = next(iter(json.loads(out.stdout).values()), {}) if out.returncode == 0 else {}
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
-    print(f"| {d.name} | {r.get('verdict')} | {r.get('speedup')} | {t.get('rounds')} | {fmt(ph.get('correctness'))} "
+    wall = (d / "wall_s.txt").read_text().strip() if (d / "wall_s.txt").exists() else ""
+    print(f"| {d.name} | {r.get('verdict')} | {r.get('speedup')} | {t.get('rounds')} | {wall} "
+          f"| {fmt(ph.get('evaluation') or ph.get('total'))} | {fmt(ph.get('correctness'))} "
           f"| {fmt(ph.get('timing'))} | {s.get('paired_round_ms')} | {s.get('speedup_spread')} |")
 EOF
 tar -czf "$OUT/round_traces.tgz" -C "$OUT" rt && rm -rf "$OUT/rt" "$WORK"
