@@ -110,6 +110,16 @@ def check_device(device: str) -> None:
         raise ToolError(f"--device {device}: this host has {len(gpus)} GPU(s) (cuda:0..cuda:{len(gpus) - 1})")
 
 
+def check_judge_interpreter() -> None:
+    """ToolError when the judges' Python cannot import what every judge imports (evalfarm.judge.interpreter)."""
+    from evalfarm.judge import interpreter
+
+    try:
+        interpreter.require()
+    except interpreter.JudgeInterpreterError as err:
+        raise ToolError(str(err)) from None
+
+
 def _diagnostics_root(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
     """(profile dir, failing-input dir) asked for on the command line; ToolError with --server."""
     if args.profile is None and args.save_failing_input is None:
@@ -154,6 +164,7 @@ def run_score(args: argparse.Namespace) -> int:
 
     config = score_options.local_config(args)
     check_device(config.device)
+    check_judge_interpreter()
     task = resolve_task(args.task, args.kernelbench_root)
     # A broken candidate is a verdict (COMPILE_ERROR, LOAD_ERROR), so only reading it can fail here.
     candidate = Candidate(source=read_source(args.candidate, "candidate"), name=Path(args.candidate).stem,
@@ -228,6 +239,7 @@ def _local_batch_scorer(args: argparse.Namespace) -> BatchScorer:
 
     config = score_options.local_config(args)
     check_device(config.device)
+    check_judge_interpreter()
     tasks: dict[str, Any] = {}
 
     def resolve(spec: str) -> Any:

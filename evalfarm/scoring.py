@@ -30,7 +30,7 @@ from evalfarm.devices import build_arch
 from evalfarm.eval_budget import RunBudget, WallBudget, overrun_detail, run_budget
 from evalfarm.guards import CandidateSyntaxError, GuardPolicy, blocking
 from evalfarm.guards.bounded import StaticAnalysisUnavailable, check_candidate_source
-from evalfarm.judge import bytecode, framing
+from evalfarm.judge import bytecode, framing, interpreter
 from evalfarm.judge.diagnose import Diagnostics
 from evalfarm.judge.standby import JudgeProcess, WarmJudges
 from evalfarm.judge.task_facts import TaskFacts, task_key
@@ -306,7 +306,8 @@ class Evaluation:
             window_key = request_key(request)
         try:
             bytecode.setting()  # a bad switch stops here, named, rather than in the judge's start
-        except bytecode.SettingError as err:
+            interpreter.require()  # so does a judge's Python without torch
+        except (bytecode.SettingError, interpreter.JudgeInterpreterError) as err:
             return ScoreResult.failure(Verdict.INFRA_ERROR, str(err))
         with self._lock:
             if self._cancelled:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from evalfarm.build import BuildPool  # noqa: E402
 from evalfarm.config import ScoreConfig  # noqa: E402
+from evalfarm.judge import interpreter  # noqa: E402
 from evalfarm.sandbox import bubblewrap  # noqa: E402
 from evalfarm.scoring import as_candidate, as_task, score  # noqa: E402
 from evalfarm.verdict import Verdict  # noqa: E402
@@ -177,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="ScoreConfig.warm_call (auto: on a CPU only); off on a CPU sends every timed call's "
                          "round with its go, as on a GPU (the worker prepared ahead)")
     args = ap.parse_args(argv)
+    try:
+        interpreter.require()  # every kernel would fail alike in judges that cannot import torch
+    except interpreter.JudgeInterpreterError as err:
+        print(f"{Path(__file__).name}: {err}", file=sys.stderr)
+        return 2
     on_gpu = args.device != "cpu"
     margin = args.margin if args.margin is not None else (0.15 if on_gpu else 0.25)
     attacks = [a for a in ATTACKS if (on_gpu or not a.gpu_only) and args.only in a.file]

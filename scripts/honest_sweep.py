@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from evalfarm.build import BuildPool  # noqa: E402
 from evalfarm.config import ScoreConfig  # noqa: E402
 from evalfarm.devices import build_arch  # noqa: E402
+from evalfarm.judge import interpreter  # noqa: E402
 from evalfarm.scoring import as_candidate, score  # noqa: E402
 from evalfarm.verdict import Verdict  # noqa: E402
 from tests.honest.check import all_headers  # noqa: E402
@@ -77,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="ScoreConfig.warm_call (auto: on a CPU only); off on a CPU sends every timed call's "
                          "round with its go, as on a GPU (the worker prepared ahead)")
     args = ap.parse_args(argv)
+    try:
+        interpreter.require()  # every kernel would fail alike in judges that cannot import torch
+    except interpreter.JudgeInterpreterError as err:
+        print(f"{Path(__file__).name}: {err}", file=sys.stderr)
+        return 2
 
     dev_kind = "cpu" if args.device == "cpu" else "cuda"
     headers = [h for h in all_headers() if h.runs_on(dev_kind) and any(s in h.path.name for s in args.only.split(","))]

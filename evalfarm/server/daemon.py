@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from evalfarm.judge import bytecode
+from evalfarm.judge import bytecode, interpreter
 from evalfarm.sandbox import bubblewrap, cgroup, isolation, lifetime
 from evalfarm.server import lenient
 from evalfarm.server.auth import BearerTokenInterceptor
@@ -79,6 +79,15 @@ def check_judge_bytecode(config: ServerConfig) -> None:
     log.info("event=judge_bytecode dir=%r", where or "none: judges compile what they import from source")
 
 
+def check_judge_interpreter() -> None:
+    """The start-up check that this daemon's judges can import what every judge imports
+    (evalfarm.judge.interpreter); ServerConfigError naming what is missing and where."""
+    try:
+        interpreter.require()
+    except interpreter.JudgeInterpreterError as err:
+        raise ServerConfigError(str(err)) from None
+
+
 def _address(host: str, port: int) -> str:
     return f"[{host.strip('[]')}]:{port}" if ":" in host.strip("[]") else f"{host}:{port}"
 
@@ -91,6 +100,7 @@ class Daemon:
         self.sandbox = check_sandbox(config) if backend is None else None
         if backend is None:
             check_judge_bytecode(config)
+            check_judge_interpreter()
         self.metrics = Metrics(FarmService.slot_labels(config), version=_version(), mode=config.device_mode)
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file is not None else None
         self.certs = (CertFiles(config.tls_cert, config.tls_key, config.tls_client_ca)
