@@ -99,14 +99,14 @@ done
 python3 - "$OUT/rt" <<'EOF' | tee "$OUT/table.md"
 import json, subprocess, sys
 from pathlib import Path
-print("| evaluation | verdict | speedup | rounds | wall s | evaluation s | correctness s | timing s | paired round ms "
-      "| round spread |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| evaluation | verdict | speedup | rounds | wall s | evaluation s | correctness s | audits s | timing s "
+      "| paired round ms | round spread |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for d in sorted(Path(sys.argv[1]).iterdir()):
     try:
         r = json.loads((d / "result.json").read_text())
     except (OSError, ValueError):
-        print(f"| {d.name} | no result | | | | | | | | |")
+        print(f"| {d.name} | no result | | | | | | | | | |")
         continue
     ev = r.get("evidence", {})
     t, ph = ev.get("timing") or {}, ev.get("phases_s", {})
@@ -117,6 +117,6 @@ for d in sorted(Path(sys.argv[1]).iterdir()):
     wall = (d / "wall_s.txt").read_text().strip() if (d / "wall_s.txt").exists() else ""
     print(f"| {d.name} | {r.get('verdict')} | {r.get('speedup')} | {t.get('rounds')} | {wall} "
           f"| {fmt(ph.get('evaluation') or ph.get('total'))} | {fmt(ph.get('correctness'))} "
-          f"| {fmt(ph.get('timing'))} | {s.get('paired_round_ms')} | {s.get('speedup_spread')} |")
+          f"| {fmt(ph.get('rounds_audit'))} | {fmt(ph.get('timing'))} | {s.get('paired_round_ms')} | {s.get('speedup_spread')} |")
 EOF
 tar -czf "$OUT/round_traces.tgz" -C "$OUT" rt && rm -rf "$OUT/rt" "$WORK"

@@ -33,6 +33,13 @@ CHUNK_ELEMENTS = 1 << 24
 # The strict policy's elementwise pass is skipped when the largest |out - ref| is within the
 # smallest bound any element gets (see _judged); False runs it always (tests hold both equal).
 ELEMENTWISE_SHORTCUT = True
+# Norms of float32 data longer than this: the squares summed in float32 over rows of this many
+# elements, the rows' norms then in float64 (``_norm``). ``vector_norm(x, dtype=float64)`` first
+# writes a float64 copy of ``x``: two of its three passes over the data, for each norm.
+NORM_ROW = 4096
+# Such a norm of the reference below this is computed again in float64: its squares of elements
+# under about 1e-19 underflow in float32 (a norm that overflowed, not finite, is too).
+NORM_TRUSTED_FROM = 1e-6
 
 
 @dataclasses.dataclass
@@ -85,6 +92,43 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 def _chunks(n: int, chunk: int) -> range:
     return range(0, n, max(1, chunk))
+
+
+def _rows_norm(x: torch.Tensor) -> torch.Tensor:
+    """The L2 norm of the 1-D tensor ``x`` as a 0-d float64 tensor, queued (no synchronisation).
+    float64 data, and anything of at most ``NORM_ROW`` elements, in float64 throughout; longer
+    float32 data in float32 row by row (``NORM_ROW`` elements a row: a relative error of about 1e-7
+    at these lengths), then the rows' norms in float64. Two passes fewer over the data than a
+    float64 copy; for a norm that may have lost its small squares, see ``_norm_trusted``."""
+    n = x.numel()
+    if x.dtype == torch.float64 or n <= NORM_ROW:
+        return torch.linalg.vector_norm(x, dtype=torch.float64)
+    m = n // NORM_ROW
+    rows = torch.linalg.vector_norm(x[:m * NORM_ROW].view(m, NORM_ROW), dim=1)
+    if n > m * NORM_ROW:
+        rows = torch.cat([rows, torch.linalg.vector_norm(x[m * NORM_ROW:]).reshape(1)])
+    return torch.linalg.vector_norm(rows, dtype=torch.float64)
+
+
+def _norm_trusted(ref_norm: float, x: torch.Tensor) -> bool:
+    """Whether ``_rows_norm`` of a reference ``x`` (``ref_norm``) holds without a float64 pass:
+    finite (no square overflowed) and, where squares were summed in float32, at least
+    ``NORM_TRUSTED_FROM`` (the squares that underflow in float32, at most 1.2e-38 each, then weigh
+    less than 1e-19 of the norm's square over any chunk). The norm of ``|out - ref|`` beside such a
+    reference needs finiteness only: what underflows in it is far below any tolerance."""
+    if not math.isfinite(ref_norm):
+        return False
+    return x.dtype == torch.float64 or x.numel() <= NORM_ROW or ref_norm >= NORM_TRUSTED_FROM
+
+
+def _norms(r: torch.Tensor, diff: torch.Tensor) -> tuple[float, float]:
+    """(norm of ``r``, norm of ``diff``) as floats: ``_rows_norm``'s, or float64 copies' where that
+    of ``r`` is not trusted (``_norm_trusted``)."""
+    ref_norm, err_norm = (float(v) for v in torch.stack([_rows_norm(r), _rows_norm(diff)]).tolist())
+    if _norm_trusted(ref_norm, r):
+        return ref_norm, err_norm
+    return (float(torch.linalg.vector_norm(r, dtype=torch.float64)),
+            float(torch.linalg.vector_norm(diff, dtype=torch.float64)))
 
 
 def compare_tensor(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict",
@@ -201,9 +245,8 @@ def _compare_finite(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor,
     errors = _Errors()
     for s in _chunks(n, chunk):
         o, r = o_all[s:s + chunk].to(work), r_all[s:s + chunk].to(work)
-        diff = (o - r).abs()
-        ref_norm = float(torch.linalg.vector_norm(r, dtype=torch.float64))
-        err_norm = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
+        diff = torch.sub(o, r).abs_()
+        ref_norm, err_norm = _norms(r, diff)
         if not (math.isfinite(ref_norm) and math.isfinite(err_norm)):
             return None
         errors.add(s, o, r, diff, ref_norm, err_norm, policy)
@@ -220,7 +263,7 @@ def _compare_finite(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor,
             return
         for s in _chunks(n, chunk):
             o, r = o_all[s:s + chunk].to(work), r_all[s:s + chunk].to(work)
-            yield s, r, (o - r).abs()
+            yield s, r, torch.sub(o, r).abs_()
 
     return _judged(errors, ref, policy, n, pieces)
 
@@ -256,12 +299,11 @@ def _compare_general(o_all: torch.Tensor, r_all: torch.Tensor, ref: torch.Tensor
                 finite = torch.isfinite(r)
                 zero = torch.zeros((), dtype=work, device=r.device)
                 o, r = torch.where(finite, o, zero), torch.where(finite, r, zero)
-            yield s, o, r, (o - r).abs()
+            yield s, o, r, torch.sub(o, r).abs_()
 
     errors = _Errors()
     for s, o, r, diff in pieces():
-        errors.add(s, o, r, diff, float(torch.linalg.vector_norm(r, dtype=torch.float64)),
-                   float(torch.linalg.vector_norm(diff, dtype=torch.float64)), policy)
+        errors.add(s, o, r, diff, *_norms(r, diff), policy)
     return _judged(errors, ref, policy, n_finite, lambda: ((s, r, diff) for s, _o, r, diff in pieces()))
 
 
@@ -361,15 +403,16 @@ def queued_check(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict") -
     if policy != "strict" or ref.is_complex() or n < 2 or n > CHUNK_ELEMENTS:
         return None
     o_all, r_all = _flat(out), _flat(ref)
-    equal = torch.eq(o_all, r_all).all().to(torch.float64)  # torch.equal's answer: NaN equals nothing
     if not ref.is_floating_point():
-        return equal.reshape(1)
+        return torch.eq(o_all, r_all).all().to(torch.float64).reshape(1)  # torch.equal's answer
     work = torch.float64 if ref.dtype == torch.float64 else torch.float32
     o, r = o_all.to(work), r_all.to(work)
-    diff = (o - r).abs()
-    ref_norm = torch.linalg.vector_norm(r, dtype=torch.float64)
-    err_norm = torch.linalg.vector_norm(diff, dtype=torch.float64)
+    diff = torch.sub(o, r).abs_()
+    ref_norm, err_norm = _rows_norm(r), _rows_norm(diff)
     m, i = torch.max(diff, 0)  # the first index of the largest difference, as _Errors.add takes it
+    # Equal, as torch.equal says it, where both norms are finite (``passed`` looks): no difference,
+    # NaN in either tensor making the largest difference NaN. Read off the differences, no pass of its own.
+    equal = (m == 0).to(torch.float64)
     varies = (o_all[0] != o_all[n - 1]).to(torch.float64)  # _constant_output's first look
     return torch.stack([equal, ref_norm, err_norm, m.to(torch.float64), i.to(torch.float64), varies])
 
@@ -387,12 +430,14 @@ def passed(values: list[float], ref: torch.Tensor) -> Comparison | None:
     passes with them alone: equal, or finite, not constant, and passed by ``_judged`` without its
     elementwise pass (within the relative L2 bound, no difference above the smallest bound any
     element gets). None otherwise: ``compare_tensor`` then decides, with its reasons and numbers."""
-    if values[0]:
-        return Comparison(ok=True)
     if not ref.is_floating_point():
-        return None
-    _, ref_norm, err_norm, max_abs, worst, varies = values
-    if not (math.isfinite(ref_norm) and math.isfinite(err_norm)) or not varies:
+        return Comparison(ok=True) if values[0] else None
+    equal, ref_norm, err_norm, max_abs, worst, varies = values
+    if not (math.isfinite(ref_norm) and math.isfinite(err_norm)):
+        return None  # NaN or Inf somewhere (or a float32 square that overflowed): compare_tensor decides
+    if equal:
+        return Comparison(ok=True)  # finite and no difference: torch.equal holds, compare_tensor's first answer
+    if not varies or not _norm_trusted(ref_norm, ref):
         return None
     # As _Errors.add accumulates a single chunk.
     errors = _Errors(ref_sq=ref_norm ** 2, err_sq=err_norm ** 2, max_abs=max_abs, worst=int(worst))

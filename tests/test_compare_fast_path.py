@@ -55,10 +55,15 @@ def pairs(draw):
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(pair=pairs(), policy=st.sampled_from(["strict", "kernelbench"]), chunk=st.sampled_from([1, 7, 64, 1 << 20]))
-def test_fast_path_equals_general_path(pair, policy, chunk):
+@given(pair=pairs(), policy=st.sampled_from(["strict", "kernelbench"]), chunk=st.sampled_from([1, 7, 64, 1 << 20]),
+       norm_row=st.sampled_from([compare.NORM_ROW, 5]))
+def test_fast_path_equals_general_path(pair, policy, chunk, norm_row):
     out, ref = pair
-    fast, general = _both(out, ref, policy, chunk)
+    saved, compare.NORM_ROW = compare.NORM_ROW, norm_row  # 5: norms by rows at these lengths too
+    try:
+        fast, general = _both(out, ref, policy, chunk)
+    finally:
+        compare.NORM_ROW = saved
     if fast is not None:
         assert dataclasses.asdict(fast) == dataclasses.asdict(general), (fast, general)
 

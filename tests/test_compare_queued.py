@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evalfarm import compare
 from evalfarm.compare import compare_tensor, passed, queued_check
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.bool]
@@ -32,8 +33,16 @@ def check_agrees(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict") -
 @settings(max_examples=300, deadline=None)
 @given(dtype=st.sampled_from(DTYPES), rows=st.integers(1, 9), cols=st.integers(1, 33), seed=st.integers(0, 2**31),
        change=st.sampled_from(["none", "tiny", "small", "large", "nan", "inf", "const", "zero_ref", "both_nan"]),
-       transpose=st.booleans())
-def test_the_look_agrees_with_the_full_comparison(dtype, rows, cols, seed, change, transpose):
+       transpose=st.booleans(), norm_row=st.sampled_from([4096, 4]))
+def test_the_look_agrees_with_the_full_comparison(dtype, rows, cols, seed, change, transpose, norm_row):
+    saved, compare.NORM_ROW = compare.NORM_ROW, norm_row  # 4: norms by rows at these sizes too
+    try:
+        _look_agrees(dtype, rows, cols, seed, change, transpose)
+    finally:
+        compare.NORM_ROW = saved
+
+
+def _look_agrees(dtype, rows, cols, seed, change, transpose):
     g = torch.Generator().manual_seed(seed)
     base = torch.randn(rows, cols, generator=g, dtype=torch.float64)
     ref = (base * 100).to(dtype) if not dtype.is_floating_point else base.to(dtype)
