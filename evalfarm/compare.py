@@ -33,10 +33,12 @@ CHUNK_ELEMENTS = 1 << 24
 # The strict policy's elementwise pass is skipped when the largest |out - ref| is within the
 # smallest bound any element gets (see _judged); False runs it always (tests hold both equal).
 ELEMENTWISE_SHORTCUT = True
-# Norms of float32 data longer than this: the squares summed in float32 over rows of this many
-# elements, the rows' norms then in float64 (``_norm``). ``vector_norm(x, dtype=float64)`` first
-# writes a float64 copy of ``x``: two of its three passes over the data, for each norm.
-NORM_ROW = 4096
+# Norms of float32 data longer than NORM_FLOAT64_UP_TO elements: the squares summed in float32
+# over rows of NORM_ROW elements, the rows' norms then in float64 (``_rows_norm``).
+# ``vector_norm(x, dtype=float64)`` first writes a float64 copy of ``x``: two of its three passes
+# over the data, for each norm; shorter data keeps it (exact, and the copy is cheap).
+NORM_FLOAT64_UP_TO = 4096
+NORM_ROW = 512
 # Such a norm of the reference below this is computed again in float64: its squares of elements
 # under about 1e-19 underflow in float32 (a norm that overflowed, not finite, is too).
 NORM_TRUSTED_FROM = 1e-6
@@ -96,17 +98,18 @@ def _chunks(n: int, chunk: int) -> range:
 
 def _rows_norm(x: torch.Tensor) -> torch.Tensor:
     """The L2 norm of the 1-D tensor ``x`` as a 0-d float64 tensor, queued (no synchronisation).
-    float64 data, and anything of at most ``NORM_ROW`` elements, in float64 throughout; longer
+    float64 data, and anything of at most ``NORM_FLOAT64_UP_TO`` elements, in float64 throughout; longer
     float32 data in float32 row by row (``NORM_ROW`` elements a row: a relative error of about 1e-7
     at these lengths), then the rows' norms in float64. Two passes fewer over the data than a
     float64 copy; for a norm that may have lost its small squares, see ``_norm_trusted``."""
     n = x.numel()
-    if x.dtype == torch.float64 or n <= NORM_ROW:
+    if x.dtype == torch.float64 or n <= NORM_FLOAT64_UP_TO:
         return torch.linalg.vector_norm(x, dtype=torch.float64)
-    m = n // NORM_ROW
-    rows = torch.linalg.vector_norm(x[:m * NORM_ROW].view(m, NORM_ROW), dim=1)
-    if n > m * NORM_ROW:
-        rows = torch.cat([rows, torch.linalg.vector_norm(x[m * NORM_ROW:]).reshape(1)])
+    k = min(NORM_ROW, n)
+    m = n // k
+    rows = torch.linalg.vector_norm(x[:m * k].view(m, k), dim=1)
+    if n > m * k:
+        rows = torch.cat([rows, torch.linalg.vector_norm(x[m * k:]).reshape(1)])
     return torch.linalg.vector_norm(rows, dtype=torch.float64)
 
 
@@ -118,7 +121,7 @@ def _norm_trusted(ref_norm: float, x: torch.Tensor) -> bool:
     reference needs finiteness only: what underflows in it is far below any tolerance."""
     if not math.isfinite(ref_norm):
         return False
-    return x.dtype == torch.float64 or x.numel() <= NORM_ROW or ref_norm >= NORM_TRUSTED_FROM
+    return x.dtype == torch.float64 or x.numel() <= NORM_FLOAT64_UP_TO or ref_norm >= NORM_TRUSTED_FROM
 
 
 def _norms(r: torch.Tensor, diff: torch.Tensor) -> tuple[float, float]:

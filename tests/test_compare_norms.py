@@ -28,7 +28,7 @@ def test_rows_norm_is_within_a_float32_rounding_of_the_exact_norm(n, scale):
 
 
 def test_short_and_float64_data_keep_the_exact_float64_norm():
-    short = torch.randn(compare.NORM_ROW, generator=torch.Generator().manual_seed(1))
+    short = torch.randn(compare.NORM_FLOAT64_UP_TO, generator=torch.Generator().manual_seed(1))
     assert float(compare._rows_norm(short)) == float(torch.linalg.vector_norm(short, dtype=torch.float64))
     wide = torch.randn(50_000, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     assert float(compare._rows_norm(wide)) == float(torch.linalg.vector_norm(wide))

@@ -4,6 +4,7 @@ passes it is made of, on one device: where a round's `rounds_audit` goes.
     python benchmarks/probes/compare_probe.py --device cuda --numel 4194304,16777216,33554432 --repeats 30
     git show REV:evalfarm/compare.py > /tmp/compare_before.py
     python benchmarks/probes/compare_probe.py --device cuda --baseline /tmp/compare_before.py
+    python benchmarks/probes/compare_probe.py --device cuda --norm-rows 256,1024 --numel 1048576,16777216
 
 Prints one line per size and case: the median milliseconds of `repeats` calls (synchronised) of
 this checkout's comparison and, with ``--baseline FILE`` (another version of evalfarm/compare.py),
@@ -46,12 +47,19 @@ def _median_ms(fn: Callable[[], object], device: torch.device, repeats: int) -> 
     return statistics.median(times) * 1e3
 
 
-def _load(path: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_baseline", path)
+def _load(path: str, name: str = "compare_baseline") -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
+    return module
+
+
+def _with_norm_row(row: int) -> types.ModuleType:
+    """This checkout's compare module, loaded again, with NORM_ROW set to ``row``."""
+    module = _load(compare.__file__, f"compare_rows_{row}")
+    module.NORM_ROW = row
     return module
 
 
@@ -88,7 +96,10 @@ def _one_size(numel: int, versions: dict[str, types.ModuleType], device: torch.d
         dicts = [None if r is None else r.to_dict() for r in (case(m) for m in versions.values())]  # type: ignore[attr-defined]
         print(f"| {numel} | {label} | " + " | ".join(f"{t:.3f}" for t in times) + f" | {_agreement(dicts)} |")
     floors = {"torch.equal alone": lambda: torch.equal(close, ref),
-              "one read of both, (out - ref).abs().max()": lambda: float((close - ref).abs().max())}
+              "one read of both, (out - ref).abs().max()": lambda: float((close - ref).abs().max()),
+              "vector_norm(ref), float32": lambda: float(torch.linalg.vector_norm(ref)),
+              "vector_norm(ref, dtype=float64)": lambda: float(torch.linalg.vector_norm(ref, dtype=torch.float64)),
+              "this version's norm of ref (_rows_norm)": lambda: float(compare._rows_norm(ref))}
     for label, fn in floors.items():
         print(f"| {numel} | {label} | {_median_ms(fn, device, repeats):.3f} |" + " |" * len(versions))
 
@@ -100,9 +111,13 @@ def main() -> None:
                     help="output elements, comma-separated (default: L1/1's default size)")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--baseline", default=None, help="another version of evalfarm/compare.py to time beside this one")
+    ap.add_argument("--norm-rows", default="", help="also time this version with these row lengths of its norms "
+                    "(compare.NORM_ROW), comma-separated")
     args = ap.parse_args()
     device = torch.device(args.device)
-    versions = {"this": compare}
+    versions: dict[str, types.ModuleType] = {"this": compare}
+    for row in (int(v) for v in args.norm_rows.split(",") if v):
+        versions[f"rows of {row}"] = _with_norm_row(row)
     if args.baseline:
         versions["baseline"] = _load(args.baseline)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
