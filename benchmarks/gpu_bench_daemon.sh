@@ -44,4 +44,14 @@ for w in $settings; do
 done
 for dir in "${dirs[@]}"; do
   cat "$dir/bench_daemon.md" 2>/dev/null || tail -n 30 "$dir/bench_daemon.log"
+  # Every result that is not what its kind expects, with its detail, in the output itself (a host
+  # may send back only some of the files under $OUT).
+  python3 - "$dir/bench_daemon.json" <<'EOF' 2>/dev/null | tee -a "$OUT/unexpected.txt"
+import json, sys
+expected = {"fast": "OK", "identical": "OK", "slow": "OK", "wrong": "INCORRECT"}
+for r in json.load(open(sys.argv[1]))["rows"]:
+    if expected.get(r.get("kind")) != r.get("verdict"):
+        detail = (r.get("detail") or "").replace("\n", " | ")[:1500]
+        print(f"unexpected: {r.get('task')} {r.get('kind')} {r.get('verdict')} done_at={r.get('done_at')}: {detail}")
+EOF
 done

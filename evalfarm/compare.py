@@ -99,7 +99,7 @@ def _chunks(n: int, chunk: int) -> range:
 def _rows_norm(x: torch.Tensor) -> torch.Tensor:
     """The L2 norm of the 1-D tensor ``x`` as a 0-d float64 tensor, queued (no synchronisation).
     float64 data, and anything of at most ``NORM_FLOAT64_UP_TO`` elements, in float64 throughout; longer
-    float32 data in float32 row by row (``NORM_ROW`` elements a row: a relative error of about 1e-7
+    float32 data in float32 row by row (``NORM_ROW`` elements a row: a relative error under 1e-6
     at these lengths), then the rows' norms in float64. Two passes fewer over the data than a
     float64 copy; for a norm that may have lost its small squares, see ``_norm_trusted``."""
     n = x.numel()
