@@ -117,7 +117,7 @@ def _norm_trusted(ref_norm: float, x: torch.Tensor) -> bool:
     """Whether ``_rows_norm`` of a reference ``x`` (``ref_norm``) holds without a float64 pass:
     finite (no square overflowed) and, where squares were summed in float32, at least
     ``NORM_TRUSTED_FROM`` (the squares that underflow in float32, at most 1.2e-38 each, then weigh
-    less than 1e-19 of the norm's square over any chunk). The norm of ``|out - ref|`` beside such a
+    less than 1e-18 of the norm's square over a chunk of up to 2^24 elements). The norm of ``|out - ref|`` beside such a
     reference needs finiteness only: what underflows in it is far below any tolerance."""
     if not math.isfinite(ref_norm):
         return False
