@@ -391,13 +391,16 @@ def compare_outputs(out: object, ref: object, policy: str = "strict") -> Compari
     return worst
 
 
-# The scalars ``queued_check`` leaves on the device, in this order (float64).
-_QUEUED = ("equal", "ref_norm", "err_norm", "max_abs", "worst", "varies")
+# The scalars ``queued_check`` leaves on the device, in this order (float64): for floating-point
+# tensors, and for the others (whether they are equal, as torch.equal says).
+_QUEUED = ("ref_norm", "err_norm", "max_abs", "worst", "varies")
+_QUEUED_EXACT = ("equal",)
 
 
 def queued_check(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict") -> torch.Tensor | None:
     """The device work of ``compare_tensor`` for a pair that passes, queued without waiting for the
-    device: a float64 tensor of ``_QUEUED``'s scalars, from which ``passed`` returns the very
+    device: a float64 tensor of ``_QUEUED``'s scalars (``_QUEUED_EXACT``'s for integer and bool
+    tensors), from which ``passed`` returns the very
     Comparison ``compare_tensor`` would (the same operations on the same data), or None where it
     could fail. None where only ``compare_tensor`` answers: the kernelbench policy, complex
     tensors, fewer than 2 or more than ``CHUNK_ELEMENTS`` elements. Shapes and dtypes must match
@@ -413,11 +416,8 @@ def queued_check(out: torch.Tensor, ref: torch.Tensor, policy: str = "strict") -
     diff = torch.sub(o, r).abs_()
     ref_norm, err_norm = _rows_norm(r), _rows_norm(diff)
     m, i = torch.max(diff, 0)  # the first index of the largest difference, as _Errors.add takes it
-    # Equal, as torch.equal says it, where both norms are finite (``passed`` looks): no difference,
-    # NaN in either tensor making the largest difference NaN. Read off the differences, no pass of its own.
-    equal = (m == 0).to(torch.float64)
     varies = (o_all[0] != o_all[n - 1]).to(torch.float64)  # _constant_output's first look
-    return torch.stack([equal, ref_norm, err_norm, m.to(torch.float64), i.to(torch.float64), varies])
+    return torch.stack([ref_norm, err_norm, m.to(torch.float64), i.to(torch.float64), varies])
 
 
 class _NeedsData(Exception):
@@ -435,11 +435,13 @@ def passed(values: list[float], ref: torch.Tensor) -> Comparison | None:
     element gets). None otherwise: ``compare_tensor`` then decides, with its reasons and numbers."""
     if not ref.is_floating_point():
         return Comparison(ok=True) if values[0] else None
-    equal, ref_norm, err_norm, max_abs, worst, varies = values
+    ref_norm, err_norm, max_abs, worst, varies = values
     if not (math.isfinite(ref_norm) and math.isfinite(err_norm)):
         return None  # NaN or Inf somewhere (or a float32 square that overflowed): compare_tensor decides
-    if equal:
-        return Comparison(ok=True)  # finite and no difference: torch.equal holds, compare_tensor's first answer
+    if max_abs == 0:
+        # Finite and no difference anywhere: torch.equal holds (NaN would have made both the largest
+        # difference and a norm NaN), compare_tensor's first answer.
+        return Comparison(ok=True)
     if not varies or not _norm_trusted(ref_norm, ref):
         return None
     # As _Errors.add accumulates a single chunk.
