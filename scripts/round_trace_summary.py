@@ -12,6 +12,12 @@ minus the worker's pre-call, call and post-call parts) and the judge's own time 
 speedup by the worker's clock and by CUDA events, and their robust spread (interquartile range /
 1.349 / median), which sets how many rounds the confidence interval needs.
 
+Correctness blocks get a table of their own: per worker, the median over its blocks of each
+step per round (the judge's ``prepare``, ``write`` and ``go`` divided by the block's rounds; the
+worker's ``prep`` (poisoning, L2 reset and sync before each call but the first), ``pre``, ``call``
+and ``post`` averaged over its rounds) and ``rest``: ``go`` less the worker's parts, per round (its
+"called" messages and the judge reading them), then the judge's time after the block per round.
+
 Timed blocks (evalfarm.judge.timed_blocks) get a table of their own: per worker, the median over
 its timed calls (each block's warm-up call left out) of the call, of ``pre`` (gate to call start:
 the input copy and the flush), of the judge's window (gate opened to done word seen) and of
@@ -101,11 +107,44 @@ def summarize(lines: list[dict[str, Any]], skip: int) -> dict[str, Any]:
         "event_speedup_median": round(statistics.median(ev), 4) if ev else None,
         "event_speedup_spread": round(robust_spread(ev), 4) if ev else None,
         "sm_mhz": [clocks[0], clocks[len(clocks) // 2], clocks[-1]] if clocks else None,  # min, median, max
+        "correctness_blocks": correctness_blocks(rows),
         "timed_blocks": timed_blocks(rows, skip),
         "paired_round_ms": round(statistics.median(_num(p["reference"], "exchange") + _num(p["candidate"], "exchange")
                                                    + _num(p["reference"], "between") + _num(p["candidate"], "between")
                                                    for p in pairs) / 1e3, 3) if pairs else None,
     }
+
+
+def _mean(values: Any) -> float:
+    values = values if isinstance(values, list) else [values]
+    numbers = [float(v) for v in values if isinstance(v, int | float)]
+    return sum(numbers) / len(numbers) if numbers else 0.0
+
+
+BLOCK_STEPS = ("prepare", "write", "go", "prep", "pre", "call", "post", "rest", "between")
+
+
+def correctness_blocks(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The correctness blocks' cost per round: per worker, the median over its blocks of each step
+    divided by (or averaged over) the block's rounds (us); None without blocks."""
+    out: dict[str, Any] = {}
+    for role in ("reference", "candidate"):
+        per_block = []
+        for d in rows:
+            if not d.get("block") or d.get("timed") or d.get("role") != role or not d.get("rounds"):
+                continue
+            n = len(d["rounds"])
+            step = {"prepare": _num(d, "prepare_us") / n, "write": _num(d, "write_us") / n,
+                    "go": _num(d, "go_us") / n, "between": _num(d, "between") / n}
+            for key in ("prep", "pre", "call", "post"):
+                step[key] = _mean(d.get(f"{key}_us", 0.0))
+            step["rest"] = step["go"] - sum(step[key] for key in ("prep", "pre", "call", "post"))
+            step["rounds"] = n
+            per_block.append(step)
+        if per_block:
+            out[role] = {key: round(statistics.median(b[key] for b in per_block), 1) for key in (*BLOCK_STEPS, "rounds")}
+            out[role]["blocks"] = len(per_block)
+    return out or None
 
 
 def timed_blocks(rows: list[dict[str, Any]], skip: int) -> dict[str, Any] | None:
@@ -159,6 +198,13 @@ def main() -> None:
         print("|---|" + "---:|" * len(steps))
         for k in keys:
             print(f"| {k} | " + " | ".join(str(steps[r].get(k, "-")) for r in steps) + " |")
+        blocks = res["correctness_blocks"]
+        if blocks:
+            roles = list(blocks)
+            print("\ncorrectness blocks, per round (median over blocks, us):")
+            print("| step | " + " | ".join(roles) + " |\n|---|" + "---:|" * len(roles))
+            for k in (*BLOCK_STEPS, "rounds", "blocks"):
+                print(f"| {k} | " + " | ".join(str(blocks[r][k]) for r in roles) + " |")
         timed = res["timed_blocks"]
         if timed:
             print(f"\ntimed blocks: {timed['pairs']} calls paired by round, speedup {timed['speedup_median']} "

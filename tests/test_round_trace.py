@@ -97,6 +97,26 @@ def test_the_summary_reads_timed_blocks_call_by_call_and_leaves_out_each_blocks_
     assert mod.summarize(lines[-1:], skip=0)["timed_blocks"] is None
 
 
+def test_the_summary_splits_a_correctness_block_per_round():
+    mod = _summary_module()
+    trace = RoundTrace("unused")
+    stamps = {"start": 1.0, "stopped": 1.0, "written": 1.0004, "resumed": 1.0004, "replied": 1.0016,
+              "final_stop": 1.0016}
+    # Four rounds: 1200 us from go to reply, of which the worker's parts are 4 x (prep + pre + call + post).
+    rounds = [{"r": r, "t": 150_000, "pre": 0, "post": 50_000, "prep": 0 if r == 0 else 40_000} for r in range(4)]
+    trace.exchange("candidate", [0, 1, 2, 3], stamps, {}, {"op": "block", "rounds": rounds})
+    line = trace.lines[0]
+    assert line["prep_us"] == [0.0, 40.0, 40.0, 40.0]
+    blocks = mod.summarize([line], skip=0)["correctness_blocks"]
+    cand = blocks["candidate"]
+    assert "reference" not in blocks and cand["blocks"] == 1 and cand["rounds"] == 4
+    assert cand["write"] == pytest.approx(100.0) and cand["go"] == pytest.approx(300.0)
+    assert (cand["prep"], cand["call"], cand["post"]) == (pytest.approx(30.0), 150.0, 50.0)
+    assert cand["rest"] == pytest.approx(300.0 - 30.0 - 150.0 - 50.0)
+    lone = {"role": "candidate", "rounds": [5], "block": False, "counted": True, "call_us": 1.0}
+    assert mod.summarize([lone], skip=0)["correctness_blocks"] is None
+
+
 def test_a_judge_writes_its_trace_where_the_operator_asks(data_dir, build_pool, tmp_path, monkeypatch):
     monkeypatch.setenv(ROUND_TRACE_ENV, str(tmp_path))
     cfg = ScoreConfig(num_correctness_inputs=20, timing_budget_s=0.3, min_timed_rounds=10, timing_protocol="lone")
@@ -113,6 +133,9 @@ def test_a_judge_writes_its_trace_where_the_operator_asks(data_dir, build_pool, 
     assert all(x["call_us"] > 0 and x["go_us"] >= x["call_us"] for x in lone)
     res = _summary_module().summarize(lines, skip=cfg.warmup_rounds)
     assert res["timed_pairs"] >= r.evidence.timing.rounds
+    blocks = [x for x in lines if x["block"]]  # correctness blocks: each call's preparation reported
+    assert blocks and all(x["prep_us"][0] == 0.0 and len(x["prep_us"]) == len(x["rounds"]) for x in blocks)
+    assert res["correctness_blocks"]["candidate"]["blocks"] == len([x for x in blocks if x["role"] == "candidate"])
 
 
 def test_the_clock_read_before_a_batch_goes_into_its_exchanges_lines():

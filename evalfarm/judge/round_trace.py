@@ -11,7 +11,8 @@ call prepared ahead), ``write_us`` (inputs written and synchronised), ``resume_u
 after it is in here, and ``resume_us`` is the step's start only); ``ahead_us``: then to the next call's "prepared" read, where
 the worker prepares ahead; ``final_stop_us``), the worker's own report of its parts (``poison_us``,
 ``quiet_us``, ``ahead_poison_us``, and per call ``pre_us`` (flush and synchronisation), ``call_us``,
-``event_us``, ``post_us`` (output checks and copy)), and what the exchange was (``role``, ``rounds``, ``block``,
+``event_us``, ``post_us`` (output checks and copy); in a correctness block ``prep_us``, the
+preparation before each call, 0 for the first), and what the exchange was (``role``, ``rounds``, ``block``,
 ``counted``: whether its times could be timing samples; on a GPU with NVML, ``sm_mhz`` and
 ``clock_reasons``, the SM clock and NVML's clock-event reasons read before the batch of rounds;
 ``wrote``: whose inputs the judge wrote in
@@ -100,12 +101,12 @@ class RoundTrace:
         if ahead and isinstance(ahead.get("poison_s"), float):
             line["ahead_poison_us"] = _us(ahead["poison_s"])
         calls = reply.get("rounds") if reply.get("op") == "block" else [reply]
-        parts: dict[str, list[float]] = {"pre_us": [], "call_us": [], "event_us": [], "post_us": []}
+        parts: dict[str, list[float]] = {"pre_us": [], "call_us": [], "event_us": [], "post_us": [], "prep_us": []}
         for call in calls or []:
             if not isinstance(call, dict):
                 continue
             for key, field, scale in (("pre_us", "pre", 1e-3), ("call_us", "t", 1e-3), ("event_us", "e", 1.0),
-                                      ("post_us", "post", 1e-3)):
+                                      ("post_us", "post", 1e-3), ("prep_us", "prep", 1e-3)):
                 value = call.get(field)
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     parts[key].append(round(float(value) * scale, 1))

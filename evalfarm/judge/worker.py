@@ -507,21 +507,26 @@ class Worker:
         structure and aliasing checks, the output copied out) but without the L2 flush before the
         call (its time is never a sample), each call after the
         first preceded by the preparation ``prepare`` made for the first (poisoning, L2 reset,
-        synchronisation; the reference's quiet-GPU wait only once, before the block). A "called"
+        synchronisation; the reference's quiet-GPU wait only once, before the block), whose
+        nanoseconds each round reports as ``prep`` (0 for the first). A "called"
         message after each call but the last (the judge bounds every call, not only the block),
         then one reply for the block, or the first round's error as ``run_call`` reports it (its
         round named)."""
         results = []
         rounds = block.get("rounds") or []
         for k, rd in enumerate(rounds):
+            prep = 0
             if k:
                 self.send({"op": "called", "r": results[-1]["r"]})  # the judge bounds each call
+                p0 = _perf_ns()
                 self._prepare_memory()
+                prep = _perf_ns() - p0
             # Its times are never samples: no L2 flush (a cold cache is for timing alone).
             reply = self.run_call(rd, flush=False)
             if reply["op"] != "round":
                 return reply
-            results.append({key: value for key, value in reply.items() if key != "op"})
+            # prep: this call's preparation (poisoning, L2 reset, sync; a diagnostic: round_trace)
+            results.append({**{key: value for key, value in reply.items() if key != "op"}, "prep": prep})
         return {"op": "block", "rounds": results}
 
     def run_timed_block(self, block: dict[str, Any]) -> dict[str, Any]:
