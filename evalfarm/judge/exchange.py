@@ -33,6 +33,7 @@ import torch
 from evalfarm.judge import framing
 from evalfarm.judge.arena import Arena
 from evalfarm.judge.blame import Verdicted, blame_busy_gpu, receive_failure, worker_error_verdict
+from evalfarm.judge.draw_ahead import DRAW_AHEAD_ENV
 from evalfarm.judge.placement import PLACE_CALLS_ENV, place_calls_wanted
 from evalfarm.judge.quiet import QuietProbe
 from evalfarm.judge.roles import REFERENCE
@@ -59,6 +60,8 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 #   the free-memory poisoning in its preparation (the candidate's is the operator's POISON_ENV, as
 #   before); "1" poisons there too.
 # * PLACE_CALLS_ENV (evalfarm.judge.placement): timed calls' memory placed anew per call;
+# * DRAW_AHEAD_ENV (evalfarm.judge.draw_ahead; on unless "0"): the next correctness block's inputs
+#   drawn while the workers run this one;
 # * ARENA_BUDGET_ENV (MiB, a positive integer; unset: evalfarm.judge.setup.arena_budget's default):
 #   the device memory of an evaluation's input/output arenas, so how many rounds a batch holds.
 GO_FIRST_ENV = "EVALFARM_GO_FIRST"
@@ -112,6 +115,7 @@ class Switches:
     spin_s: float
     place_calls: bool = False  # evalfarm.judge.placement
     arena_budget_bytes: int = 0  # ARENA_BUDGET_ENV; 0: evalfarm.judge.setup.arena_budget's default
+    draw_ahead: bool = True  # evalfarm.judge.draw_ahead
 
     @classmethod
     def from_env(cls, device_type: str) -> Switches:
@@ -123,7 +127,8 @@ class Switches:
                    reference_poison=os.environ.get(REFERENCE_POISON_ENV, "0") == "1",
                    spin_s=judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), device_type),
                    place_calls=place_calls_wanted(os.environ.get(PLACE_CALLS_ENV, ""), device_type),
-                   arena_budget_bytes=arena_budget_bytes(os.environ.get(ARENA_BUDGET_ENV, "")))
+                   arena_budget_bytes=arena_budget_bytes(os.environ.get(ARENA_BUDGET_ENV, "")),
+                   draw_ahead=os.environ.get(DRAW_AHEAD_ENV, "1") != "0")
 
 
 def raise_worker_error(msg: dict[str, Any], worker: WorkerHandle) -> None:

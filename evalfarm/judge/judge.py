@@ -52,6 +52,7 @@ from evalfarm.judge.blame import Verdicted
 from evalfarm.judge.bounds import Bounds
 from evalfarm.judge.charges import Charges, clock_behind_events
 from evalfarm.judge.correctness import BlockLog, correctness_block_rounds, run_block
+from evalfarm.judge.draw_ahead import DrawAhead
 from evalfarm.judge.exchange import Link, Switches, raise_worker_error
 from evalfarm.judge.lone_calls import run_lone_round, warm_call_wanted
 from evalfarm.judge.placement import INPUT_SLACK_BYTES
@@ -119,7 +120,8 @@ class Judge:
         self.phases: dict[str, float] = {}
         # Where the rounds' time goes (correctness and timing together), so a slow evaluation
         # shows whether drawing inputs, the worker exchange, the timed calls or the audits cost it:
-        # rounds_inputs (draws, arena slots, poisoning), rounds_exchange (prepare, inputs written,
+        # rounds_inputs (draws, arena slots, poisoning; rounds_inputs_ahead: the draws made meanwhile
+        # in a helper thread while the workers ran a correctness block, evalfarm.judge.draw_ahead), rounds_exchange (prepare, inputs written,
         # go, result: the calls included), rounds_calls (the workers' timed calls alone),
         # rounds_audit (output comparison and input checks). The exchange, split: rounds_prepare
         # (the worker's preparation, round trip included), of which rounds_poison (its poisoning
@@ -351,6 +353,8 @@ class Judge:
                                     memory.rounds_per_batch, self.block_rounds, cfg.num_correctness_inputs,
                                     self.timed, self.trace, memory.input_slack,
                                     random.Random(secrets.randbits(63)), memory.timed_rounds_per_batch)
+        if self.switches.draw_ahead and memory.room_to_draw_ahead:
+            self.planner.ahead = DrawAhead(ref.source, self.device, self.round_phases)
         self.audit = RoundAudit(memory.arenas, ref.tuple_out, cfg.tolerance, ref.mutates_inputs)
         result = self._measure()
         if result.ok and not self.correctness_only and self.evidence.timing is not None:
@@ -504,7 +508,13 @@ class Judge:
             plans = self.planner.plan(r, audits, warm_call_wanted(cfg.warm_calls, self.bounds.reference_call_s()))
             acc["rounds_inputs"] += time.monotonic() - t_step
             if plans[0].r in blocks:  # the planner keeps a batch on one side of the blocks' edges
-                run_block(self.link, self.bounds, cfg, plans, self.block_log, fail)
+                # Meanwhile the next batch's inputs are drawn, where it is a block too (draw_ahead).
+                self.planner.draw_next_block(r + len(plans))
+                try:
+                    run_block(self.link, self.bounds, cfg, plans, self.block_log, fail)
+                finally:
+                    if self.planner.ahead is not None:
+                        self.planner.ahead.join()
                 counts.in_blocks += len(plans)
             elif plans[0].block_call is not None:
                 assert self.pair is not None

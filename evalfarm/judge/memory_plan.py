@@ -271,6 +271,15 @@ class MemoryGate:
             raise TaskTooLarge(p.reason(" (measured after probing the task)"))
         return rounds_per_batch
 
+    def room_for(self, extra_bytes: int) -> bool:
+        """Whether ``extra_bytes`` more of the judge's own (caching-allocator) memory fit beside the
+        rounds' plan, in what was free when it was checked (``before_rounds``). Off CUDA: True."""
+        if not self.enabled:
+            return True
+        if self.last is None:
+            return False
+        return self.last.run_bytes + int(SLACK * extra_bytes) <= self.last.free_bytes
+
     def evidence(self) -> dict[str, Any]:
         if self.last is None:
             return {}

@@ -22,6 +22,7 @@ import torch
 from evalfarm.judge.arena import Arena
 from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.blame import Verdicted
+from evalfarm.judge.draw_ahead import DrawAhead
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.placement import input_offset
 from evalfarm.judge.roles import CANDIDATE, REFERENCE
@@ -71,6 +72,31 @@ class RoundPlanner:
     # A timed batch's rounds, at most (its inputs are copied to the judge's host memory first:
     # evalfarm.judge.setup.timed_rounds_per_batch); 0: as many as any batch.
     timed_rounds_per_batch: int = 0
+    # The next correctness block's inputs, drawn while the workers run this one (evalfarm.judge.draw_ahead).
+    ahead: DrawAhead | None = None
+
+    def batch_rounds(self, first_round: int) -> range:
+        """The rounds of the batch that starts at ``first_round``. A batch never straddles an edge
+        of the block rounds: it runs either as one correctness block or call by call (the warm-up
+        before it, the timed rounds after it); nor, with timed blocks, the end of correctness (the
+        timed rounds after it run as timed blocks)."""
+        count = self.rounds_per_batch
+        n_correct = self.num_correctness_inputs
+        edges = sorted({*((self.block_rounds.start, self.block_rounds.stop) if self.block_rounds else ()),
+                        *((n_correct,) if self.timed else ())})
+        for edge in edges:
+            if first_round < edge:
+                count = min(count, edge - first_round)
+                break
+        if self.timed and first_round >= n_correct and self.timed_rounds_per_batch:
+            count = min(count, self.timed_rounds_per_batch)
+        return range(first_round, first_round + count)
+
+    def draw_next_block(self, first_round: int) -> None:
+        """Where the batch at ``first_round`` is a correctness block, start drawing its inputs ahead
+        (the caller runs a correctness block meanwhile and joins ``ahead`` after it)."""
+        if self.ahead is not None and first_round in self.block_rounds:
+            self.ahead.start(self.batch_rounds(first_round))
 
     def plan(self, first_round: int, audits: AuditSchedule, warm_calls: bool) -> list[RoundPlan]:
         """The next batch from ``first_round``: arenas reset, slots allocated, outputs poisoned.
@@ -80,30 +106,21 @@ class RoundPlanner:
             a.reset()
         if self.trace is not None:
             self.trace.sample_clock()
-        count = self.rounds_per_batch
-        # A batch never straddles an edge of the block rounds: it runs either as one correctness
-        # block or call by call (the warm-up before it, the timed rounds after it); nor, with timed
-        # blocks, the end of correctness (the timed rounds after it run as timed blocks).
+        count = len(self.batch_rounds(first_round))
         n_correct = self.num_correctness_inputs
-        edges = sorted({*((self.block_rounds.start, self.block_rounds.stop) if self.block_rounds else ()),
-                        *((n_correct,) if self.timed else ())})
-        for edge in edges:
-            if first_round < edge:
-                count = min(count, edge - first_round)
-                break
         plans = []
         # The same for both workers and decided here, by the judge (ScoreConfig.warm_call); only for
         # rounds run one call per exchange (a block's calls follow one another anyway).
         timed_block = self.timed and first_round >= n_correct
-        if timed_block and self.timed_rounds_per_batch:
-            count = min(count, self.timed_rounds_per_batch)
         warm_call = not timed_block and warm_calls
         if timed_block and self.input_slack and self.place_rng is not None:
             for role in (REFERENCE, CANDIDATE):
                 self.arenas[role, "in"].skip(input_offset(self.place_rng, self.input_slack))
         for k in range(count):
             r = first_round + k
-            inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in self.source.inputs(r)]
+            drawn = self.ahead.take(r) if self.ahead is not None else None
+            inputs = [v.contiguous() if isinstance(v, torch.Tensor) else v
+                      for v in (drawn if drawn is not None else self.source.inputs(r))]
             audited = audits.audited(r)
             calls = {}
             for role in (REFERENCE, CANDIDATE):

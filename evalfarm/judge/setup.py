@@ -340,6 +340,7 @@ class RoundMemory:
     staging_areas: dict[str, Arena] = dataclasses.field(default_factory=dict)
     staging: dict[str, JudgeStaging] = dataclasses.field(default_factory=dict)
     timed_rounds_per_batch: int = 0  # a timed batch's rounds (timed_rounds_per_batch); 0: rounds_per_batch
+    room_to_draw_ahead: bool = False  # memory for the next correctness block's inputs beside this one's
 
     def staging_handle(self, role: str) -> dict[str, Any] | None:
         """What a worker needs to map its staging area; None without timed blocks."""
@@ -399,7 +400,9 @@ def allocate_arenas(cfg: ScoreConfig, correctness_only: bool, ref: Reference, de
         evidence.memory = memory.evidence()
     arenas.extend(allocated.values())
     out = RoundMemory(allocated, rounds_per_batch, block_rounds, timed, in_bytes, layout, input_slack,
-                      timed_rounds_per_batch=timed_rounds_per_batch(rounds_per_batch, in_bytes))
+                      timed_rounds_per_batch=timed_rounds_per_batch(rounds_per_batch, in_bytes),
+                      # a second batch of the judge's input copies (evalfarm.judge.draw_ahead)
+                      room_to_draw_ahead=bool(block_rounds) and memory.room_for(rounds_per_batch * in_bytes))
     evidence.memory = {**evidence.memory, "rounds_per_batch": rounds_per_batch,
                        **({"timed_rounds_per_batch": out.timed_rounds_per_batch} if timed else {})}
     if timed:
