@@ -132,8 +132,11 @@ class Arena:
         rebuild, args = cuda_handle_for(handle, device)
         return cls(rebuild(*args))
 
-    def reset(self) -> None:
-        self._top = 0
+    def reset(self, start: int = 0) -> None:
+        """The next slot at ``start`` (0, or where a second half of the arena begins)."""
+        if start < 0 or start % ALIGN or start > self.capacity:
+            raise ValueError(f"arena reset to {start}: not an aligned offset within {self.capacity} bytes")
+        self._top = start
 
     def skip(self, nbytes: int) -> None:
         """Leave ``nbytes`` (aligned) unused before the next slot."""

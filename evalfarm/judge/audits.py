@@ -143,6 +143,24 @@ class RoundAudit:
             found[plan.r] = worst
         return found
 
+    def passing(self, plans: list[RoundPlan]) -> dict[int, Comparison]:
+        """The audited rounds of ``plans`` that pass, each with its Comparison: ``prechecked``'s look,
+        then each round it left open compared in full, with its inputs checked. What it leaves out
+        (a round that fails, or whose layout does not fit) the caller checks itself, as before.
+        Judge work only (evalfarm.judge.audit_overlap runs it beside the reference's next block)."""
+        audited = [plan for plan in plans if plan.audited]
+        found = self.prechecked(audited)
+        for plan in audited:
+            if plan.r in found:
+                continue
+            try:
+                c = self.compare(plan)
+            except Verdicted:
+                continue
+            if c.ok and not self.input_modified(plan):
+                found[plan.r] = c
+        return found
+
     def input_modified(self, plan: RoundPlan) -> bool:
         """Whether the candidate wrote into its inputs (never where the reference writes into its own)."""
         if self.ref_mutates_inputs:

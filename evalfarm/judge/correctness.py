@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from evalfarm.config import ScoreConfig
@@ -90,7 +91,7 @@ class BlockLog:
 
 
 def run_block(link: Link, bounds: Bounds, cfg: ScoreConfig, plans: list[RoundPlan], block_log: BlockLog,
-              fail: CallFailure) -> None:
+              fail: CallFailure, before_candidate: Callable[[], None] | None = None) -> None:
     """A batch of correctness rounds as one block per worker (``ScoreConfig.correctness_block``).
 
     Each worker runs all of the batch's calls in one exchange (``run_block_calls``), the two
@@ -115,14 +116,19 @@ def run_block(link: Link, bounds: Bounds, cfg: ScoreConfig, plans: list[RoundPla
 
     Bounded twice: each call by the per-call bound, from the worker's reported times, and on
     the judge's clock, from the "called" message the worker sends after each call but the last
-    (a hung call ends the block at its own bound)."""
-    first = plans[0].first
+    (a hung call ends the block at its own bound).
+
+    ``before_candidate``: the reference's block runs first, and this is called between the two
+    (the previous batch's audits finished there: evalfarm.judge.audit_overlap)."""
+    first = REFERENCE if before_candidate is not None else plans[0].first
     for plan in plans:
         plan.first = first  # whose block ran first (what a saved structure failure looks at)
     results: dict[str, list[dict[str, Any]]] = {}
     call_ns: dict[str, int] = {}
     leftover_ns: dict[str, int] = {}
     for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
+        if role == CANDIDATE and before_candidate is not None:
+            before_candidate()
         t_step = time.monotonic()
         results[role], go_ns = run_block_calls(link, role, plans, bounds.wait_bound(role), fail)
         link.phases["rounds_exchange"] += time.monotonic() - t_step

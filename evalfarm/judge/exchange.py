@@ -32,6 +32,7 @@ import torch
 
 from evalfarm.judge import framing
 from evalfarm.judge.arena import Arena
+from evalfarm.judge.audit_overlap import AUDIT_OVERLAP_ENV, audit_overlap_wanted
 from evalfarm.judge.blame import Verdicted, blame_busy_gpu, receive_failure, worker_error_verdict
 from evalfarm.judge.draw_ahead import DRAW_AHEAD_ENV
 from evalfarm.judge.placement import PLACE_CALLS_ENV, place_calls_wanted
@@ -62,6 +63,8 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 # * PLACE_CALLS_ENV (evalfarm.judge.placement): timed calls' memory placed anew per call;
 # * DRAW_AHEAD_ENV (evalfarm.judge.draw_ahead; on unless "0"): the next correctness block's inputs
 #   drawn while the workers run this one;
+# * AUDIT_OVERLAP_ENV (evalfarm.judge.audit_overlap; unset: on a GPU only): a correctness block's
+#   audits run while the reference worker runs the next block;
 # * ARENA_BUDGET_ENV (MiB, a positive integer; unset: evalfarm.judge.setup.arena_budget's default):
 #   the device memory of an evaluation's input/output arenas, so how many rounds a batch holds.
 GO_FIRST_ENV = "EVALFARM_GO_FIRST"
@@ -116,10 +119,12 @@ class Switches:
     place_calls: bool = False  # evalfarm.judge.placement
     arena_budget_bytes: int = 0  # ARENA_BUDGET_ENV; 0: evalfarm.judge.setup.arena_budget's default
     draw_ahead: bool = True  # evalfarm.judge.draw_ahead
+    audit_overlap: bool = False  # evalfarm.judge.audit_overlap
 
     @classmethod
     def from_env(cls, device_type: str) -> Switches:
-        """From ``os.environ``; a bad JUDGE_SPIN_ENV, PLACE_CALLS_ENV or ARENA_BUDGET_ENV raises ValueError."""
+        """From ``os.environ``; a bad JUDGE_SPIN_ENV, PLACE_CALLS_ENV, ARENA_BUDGET_ENV or AUDIT_OVERLAP_ENV
+        raises ValueError."""
         prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
         return cls(prepare_ahead=prepare_ahead,
                    go_first=os.environ.get(GO_FIRST_ENV, "1") != "0",
@@ -128,7 +133,8 @@ class Switches:
                    spin_s=judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), device_type),
                    place_calls=place_calls_wanted(os.environ.get(PLACE_CALLS_ENV, ""), device_type),
                    arena_budget_bytes=arena_budget_bytes(os.environ.get(ARENA_BUDGET_ENV, "")),
-                   draw_ahead=os.environ.get(DRAW_AHEAD_ENV, "1") != "0")
+                   draw_ahead=os.environ.get(DRAW_AHEAD_ENV, "1") != "0",
+                   audit_overlap=audit_overlap_wanted(os.environ.get(AUDIT_OVERLAP_ENV, ""), device_type))
 
 
 def raise_worker_error(msg: dict[str, Any], worker: WorkerHandle) -> None:
@@ -238,7 +244,9 @@ class Link:
                 for plan in plans:
                     write_inputs(self.arenas, writing, plan)
             if self.device.type == "cuda" and write_roles:
-                torch.cuda.synchronize(self.device)
+                # The judge's own stream: the writes are done before the go (comparisons the judge
+                # runs meanwhile on a stream of their own, evalfarm.judge.audit_overlap, need not be).
+                torch.cuda.current_stream(self.device).synchronize()
             stamps["written"] = time.perf_counter()
             go = {**prepare, "op": "go"} if ahead else {"op": "go"}
             if self.switches.go_first:  # queued while it is stopped: its restarted read finds it (GO_FIRST_ENV)

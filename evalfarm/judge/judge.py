@@ -23,6 +23,7 @@ beside its verdict: evalfarm.judge.evidence.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random
 import secrets
@@ -47,11 +48,17 @@ from evalfarm.judge import (
     roofline,
 )
 from evalfarm.judge.arena import Arena
+from evalfarm.judge.audit_overlap import AuditLook
 from evalfarm.judge.audits import AuditSchedule, RoundAudit
 from evalfarm.judge.blame import Verdicted
 from evalfarm.judge.bounds import Bounds
 from evalfarm.judge.charges import Charges, clock_behind_events
-from evalfarm.judge.correctness import BlockLog, correctness_block_rounds, run_block
+from evalfarm.judge.correctness import (
+    BlockLog,
+    correctness_block_rounds,
+    min_block_rounds,
+    run_block,
+)
 from evalfarm.judge.draw_ahead import DrawAhead
 from evalfarm.judge.exchange import Link, Switches, raise_worker_error
 from evalfarm.judge.lone_calls import run_lone_round, warm_call_wanted
@@ -355,6 +362,10 @@ class Judge:
                                     random.Random(secrets.randbits(63)), memory.timed_rounds_per_batch)
         if self.switches.draw_ahead and memory.room_to_draw_ahead:
             self.planner.ahead = DrawAhead(ref.source, self.device, self.round_phases)
+        # Blocks of half a batch each, one's audits beside the next one's reference calls, where
+        # half a batch is still a block (evalfarm.judge.audit_overlap).
+        self.planner.pipelined = (self.switches.audit_overlap and bool(self.block_rounds)
+                                  and memory.rounds_per_batch // 2 >= min_block_rounds(self.timed))
         self.audit = RoundAudit(memory.arenas, ref.tuple_out, cfg.tolerance, ref.mutates_inputs)
         result = self._measure()
         if result.ok and not self.correctness_only and self.evidence.timing is not None:
@@ -480,7 +491,7 @@ class Judge:
         samples = Samples()
         counts = RoundCounts()
         charges = Charges()
-        worst = Comparison(ok=True)
+        self._worst = Comparison(ok=True)
         r = 0
         # Calls before the first timed round may build, autotune or compile lazily: together they
         # get first_call_timeout_s on top of the per-call bound.
@@ -498,6 +509,9 @@ class Judge:
         stable = True
         acc = self.round_phases
         fail = self._raise_call_error
+        # The last correctness block's audits, running beside the next block's reference calls
+        # (evalfarm.judge.audit_overlap); finished before the candidate's process runs again.
+        looking: AuditLook | None = None
         while True:
             if counted_from is None and self._hold is not None and self._hold.released():
                 counted_from = time.monotonic()
@@ -505,17 +519,33 @@ class Judge:
             if self.trace is not None:
                 self.trace.counted = counted
             t_step = time.monotonic()
-            plans = self.planner.plan(r, audits, warm_call_wanted(cfg.warm_calls, self.bounds.reference_call_s()))
+            try:
+                plans = self.planner.plan(r, audits, warm_call_wanted(cfg.warm_calls, self.bounds.reference_call_s()))
+            except BaseException:
+                if looking is not None:
+                    looking.join()  # no thread outlives the rounds
+                raise
             acc["rounds_inputs"] += time.monotonic() - t_step
             if plans[0].r in blocks:  # the planner keeps a batch on one side of the blocks' edges
-                # Meanwhile the next batch's inputs are drawn, where it is a block too (draw_ahead).
+                # Meanwhile the next batch's inputs are drawn, where it is a block too (draw_ahead),
+                # and the last block's audits finished beside this one's reference calls.
                 self.planner.draw_next_block(r + len(plans))
+                earlier, looking = looking, None
                 try:
-                    run_block(self.link, self.bounds, cfg, plans, self.block_log, fail)
+                    run_block(self.link, self.bounds, cfg, plans, self.block_log, fail,
+                              None if earlier is None else functools.partial(self._finish_look, earlier, counts, samples))
+                except BaseException:
+                    if earlier is not None and not earlier.done:
+                        self._finish_look(earlier, counts, samples)  # an earlier round's verdict comes first
+                    raise
                 finally:
                     if self.planner.ahead is not None:
                         self.planner.ahead.join()
                 counts.in_blocks += len(plans)
+                if self.planner.pipelined and r + len(plans) in blocks:
+                    looking = AuditLook(self.audit, plans, self.device, acc)
+                    r += len(plans)
+                    continue
             elif plans[0].block_call is not None:
                 assert self.pair is not None
                 self.pair.run_pair(self.link, self.bounds, plans, fail)
@@ -528,23 +558,7 @@ class Judge:
             t_step = time.monotonic()
             checked = self.audit.prechecked([plan for plan in plans if plan.audited])
             acc["rounds_audit"] += time.monotonic() - t_step
-            for plan in plans:
-                if plan.audited:
-                    counts.audited += 1
-                    t_step = time.monotonic()
-                    c = self._audit(plan, in_correctness=plan.r < n_correct, passed=checked.get(plan.r))
-                    acc["rounds_audit"] += time.monotonic() - t_step
-                    if c.rel_l2_error >= worst.rel_l2_error:
-                        worst = c
-                        self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
-                if plan.r in blocks:
-                    continue  # checked above; its inputs were written before its block: never timed
-                if self.timed and (plan.block_call is None or plan.block_call < WARMUP_CALLS):
-                    continue  # with timed blocks only their calls are samples (a block's first: checked only)
-                if plan.r >= cfg.warmup_rounds and not counted:
-                    counts.set_aside += 1  # checked above; its times are not used
-                elif plan.r >= cfg.warmup_rounds:
-                    samples.add(plan, self.timed)
+            self._check_batch(plans, checked, counts, samples, counted)
             r += len(plans)
             if r < n_correct:
                 continue
@@ -602,6 +616,40 @@ class Judge:
                                         f"(measured {stats.score:.3g}x, reported 1.00)")
             score = 1.0
         return self._result(Verdict.OK, score, "")
+
+    def _check_batch(self, plans: list[RoundPlan], checked: dict[int, Comparison], counts: RoundCounts,
+                     samples: Samples, counted: bool) -> None:
+        """Every round of a batch that ran, in round order: each audited one checked (``checked``: the
+        rounds RoundAudit found passing, with their Comparisons), each timed one's times kept as a
+        sample where they count (``counted``: the batch ran after the owner's go)."""
+        cfg = self.config
+        acc = self.round_phases
+        for plan in plans:
+            if plan.audited:
+                counts.audited += 1
+                t_step = time.monotonic()
+                c = self._audit(plan, in_correctness=plan.r < cfg.num_correctness_inputs, passed=checked.get(plan.r))
+                acc["rounds_audit"] += time.monotonic() - t_step
+                if c.rel_l2_error >= self._worst.rel_l2_error:
+                    self._worst = c
+                    self.evidence.worst_error = {**c.to_dict(), "round": plan.r}
+            if plan.r in self.block_rounds:
+                continue  # checked above; its inputs were written before its block: never timed
+            if self.timed and (plan.block_call is None or plan.block_call < WARMUP_CALLS):
+                continue  # with timed blocks only their calls are samples (a block's first: checked only)
+            if plan.r >= cfg.warmup_rounds and not counted:
+                counts.set_aside += 1  # checked above; its times are not used
+            elif plan.r >= cfg.warmup_rounds:
+                samples.add(plan, self.timed)
+
+    def _finish_look(self, look: AuditLook, counts: RoundCounts, samples: Samples) -> None:
+        """A correctness block's audits that ran beside the next block's reference calls: the
+        thread joined, then every round checked as ``_check_batch`` checks it (raising its verdict)."""
+        look.done = True
+        t_step = time.monotonic()
+        checked = look.result()
+        self.round_phases["rounds_audit"] += time.monotonic() - t_step
+        self._check_batch(look.plans, checked, counts, samples, True)
 
     def _audit(self, plan: RoundPlan, in_correctness: bool, passed: Comparison | None = None) -> Comparison:
         """Check one round's candidate output and inputs against the reference worker's; raise

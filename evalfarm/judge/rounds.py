@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from evalfarm.judge.arena import Arena
+from evalfarm.judge.arena import ALIGN, Arena
 from evalfarm.judge.audits import AuditSchedule
 from evalfarm.judge.blame import Verdicted
 from evalfarm.judge.draw_ahead import DrawAhead
@@ -74,6 +74,18 @@ class RoundPlanner:
     timed_rounds_per_batch: int = 0
     # The next correctness block's inputs, drawn while the workers run this one (evalfarm.judge.draw_ahead).
     ahead: DrawAhead | None = None
+    # Correctness blocks of half a batch each, taking turns between the two halves of every arena,
+    # so one block's slots stay as they were while the next runs (evalfarm.judge.audit_overlap).
+    pipelined: bool = False
+    _half: int = 0
+
+    def _start(self, key: tuple[str, str]) -> int:
+        """Where the half this block batch uses begins in arena ``key`` (the input slack, which
+        only timed batches use, left out of the halves)."""
+        if not self._half:
+            return 0
+        slack = self.input_slack if key[1] == "in" else 0
+        return (self.arenas[key].capacity - slack) // 2 // ALIGN * ALIGN
 
     def batch_rounds(self, first_round: int) -> range:
         """The rounds of the batch that starts at ``first_round``. A batch never straddles an edge
@@ -81,6 +93,8 @@ class RoundPlanner:
         before it, the timed rounds after it); nor, with timed blocks, the end of correctness (the
         timed rounds after it run as timed blocks)."""
         count = self.rounds_per_batch
+        if self.pipelined and first_round in self.block_rounds:
+            count //= 2
         n_correct = self.num_correctness_inputs
         edges = sorted({*((self.block_rounds.start, self.block_rounds.stop) if self.block_rounds else ()),
                         *((n_correct,) if self.timed else ())})
@@ -102,8 +116,12 @@ class RoundPlanner:
         """The next batch from ``first_round``: arenas reset, slots allocated, outputs poisoned.
         ``warm_calls``: the batch's rounds get warm calls where they run one call per exchange
         (evalfarm.judge.lone_calls.warm_call_wanted)."""
-        for a in self.arenas.values():
-            a.reset()
+        if self.pipelined and first_round in self.block_rounds:
+            self._half ^= 1  # the other half from the batch before
+        else:
+            self._half = 0
+        for key, a in self.arenas.items():
+            a.reset(self._start(key))
         if self.trace is not None:
             self.trace.sample_clock()
         count = len(self.batch_rounds(first_round))

@@ -294,7 +294,9 @@ class Worker:
                     self.send(warmed)
                     if warmed["op"] != "warmed":
                         break
-                self.send(self.prepare())
+                # A correctness block's calls are never timed: no quiet-GPU wait before them (the
+                # judge may be comparing the last block's outputs meanwhile: evalfarm.judge.audit_overlap).
+                self.send(self.prepare(quiet=op == "prepare"))
             elif op == "go" and (pending is not None or (ready and "r" in msg)):
                 if pending is not None:
                     reply = self.run_block(pending) if pending["op"] == "prepare_block" else self.run_call(pending)
@@ -507,7 +509,7 @@ class Worker:
         structure and aliasing checks, the output copied out) but without the L2 flush before the
         call (its time is never a sample), each call after the
         first preceded by the preparation ``prepare`` made for the first (poisoning, L2 reset,
-        synchronisation; the reference's quiet-GPU wait only once, before the block), whose
+        synchronisation; no quiet-GPU wait: a block is never timed), whose
         nanoseconds each round reports as ``prep`` (0 for the first). A "called"
         message after each call but the last (the judge bounds every call, not only the block),
         then one reply for the block, or the first round's error as ``run_call`` reports it (its
