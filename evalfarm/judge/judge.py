@@ -127,10 +127,11 @@ class Judge:
         self.phases: dict[str, float] = {}
         # Where the rounds' time goes (correctness and timing together), so a slow evaluation
         # shows whether drawing inputs, the worker exchange, the timed calls or the audits cost it:
-        # rounds_inputs (draws, arena slots, poisoning; rounds_inputs_ahead: the draws made meanwhile
-        # in a helper thread while the workers ran a correctness block, evalfarm.judge.draw_ahead), rounds_exchange (prepare, inputs written,
+        # rounds_inputs (draws, arena slots, poisoning), rounds_exchange (prepare, inputs written,
         # go, result: the calls included), rounds_calls (the workers' timed calls alone),
-        # rounds_audit (output comparison and input checks). The exchange, split: rounds_prepare
+        # rounds_audit (output comparison and input checks). Beside them, in helper threads while
+        # the workers ran correctness blocks: rounds_inputs_ahead (evalfarm.judge.draw_ahead) and
+        # rounds_audit_overlapped (evalfarm.judge.audit_overlap). The exchange, split: rounds_prepare
         # (the worker's preparation, round trip included), of which rounds_poison (its poisoning
         # of free memory and L2 reset) and rounds_quiet (the reference's quiet-GPU wait);
         # rounds_write (the inputs written and synchronised); rounds_go (go to result: the call,
@@ -147,6 +148,7 @@ class Judge:
         # precision gate's float64 ground truths), setup_arenas (memory plan and input/output
         # arenas) and setup_device_facts (device properties, the DRAM peak from NVML).
         self.setup_phases: dict[str, float] = {}
+        self._worst = Comparison(ok=True)  # the largest error of the rounds checked so far
         self.rng = random.Random(secrets.randbits(64))
         # A second, correctness-only evaluation (evalfarm.other_sizes): no timing, no speedup.
         self.correctness_only = bool(request.get("correctness_only"))
