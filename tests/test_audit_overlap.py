@@ -21,9 +21,9 @@ from evalfarm.judge.rounds import RoundPlanner
 from evalfarm.scoring import as_candidate, as_task, score
 
 
-def test_the_switch_is_on_a_gpu_unless_set():
-    assert audit_overlap_wanted("", "cuda") and not audit_overlap_wanted("", "cpu")
-    assert audit_overlap_wanted("1", "cpu") and not audit_overlap_wanted("0", "cuda")
+def test_the_switch_is_off_unless_set():
+    assert not audit_overlap_wanted("", "cuda") and not audit_overlap_wanted("", "cpu")
+    assert audit_overlap_wanted("1", "cpu") and audit_overlap_wanted("1", "cuda") and not audit_overlap_wanted("0", "cuda")
     with pytest.raises(ValueError, match=AUDIT_OVERLAP_ENV):
         audit_overlap_wanted("yes", "cuda")
 
@@ -227,8 +227,8 @@ class ModelNew(nn.Module):
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_audits_overlap_by_default_and_verdicts_stay(monkeypatch, tmp_path, data_dir, build_pool):
-    monkeypatch.delenv(AUDIT_OVERLAP_ENV, raising=False)
+def test_on_a_gpu_audits_overlap_and_verdicts_stay(monkeypatch, tmp_path, data_dir, build_pool):
+    monkeypatch.setenv(AUDIT_OVERLAP_ENV, "1")
     cfg = ScoreConfig(device="cuda", num_correctness_inputs=600, timing_budget_s=1.0)
     task = as_task(str(data_dir / "gpu" / "task_relu.py"))
     same = score(task, as_candidate(str(data_dir / "gpu" / "cand_same.py")), cfg, build_pool=build_pool)

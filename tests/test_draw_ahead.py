@@ -11,7 +11,7 @@ import torch
 
 from evalfarm import ScoreConfig, Verdict
 from evalfarm.judge import memory_plan
-from evalfarm.judge.draw_ahead import DRAW_AHEAD_ENV, DrawAhead
+from evalfarm.judge.draw_ahead import DRAW_AHEAD_ENV, DrawAhead, draw_ahead_wanted
 from evalfarm.judge.inputs import InputSource
 from evalfarm.scoring import as_candidate, as_task, score
 
@@ -40,6 +40,13 @@ def _module(fail_at: int | None = None) -> types.ModuleType:
 def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
                                     for x, y in zip(a, b, strict=True))
+
+
+def test_the_switch_is_on_a_cpu_unless_set():
+    assert draw_ahead_wanted("", "cpu") and not draw_ahead_wanted("", "cuda")
+    assert draw_ahead_wanted("1", "cuda") and not draw_ahead_wanted("0", "cpu")
+    with pytest.raises(ValueError, match=DRAW_AHEAD_ENV):
+        draw_ahead_wanted("on", "cpu")
 
 
 def test_inputs_drawn_ahead_are_the_ones_drawn_in_place():

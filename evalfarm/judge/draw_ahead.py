@@ -12,7 +12,7 @@ draw that fails in the thread is left to the planner, which draws that round aga
 meets the same failure where it always did.
 
 Used where the device has room for a second batch of the judge's input copies
-(``MemoryGate.room_for``) and the operator has not turned it off (``DRAW_AHEAD_ENV``).
+(``MemoryGate.room_for``) and the operator's switch allows (``DRAW_AHEAD_ENV``: on a CPU by default).
 """
 
 from __future__ import annotations
@@ -25,8 +25,20 @@ import torch
 
 from evalfarm.judge.inputs import InputSource
 
-# "0" in the judge's environment turns drawing ahead off.
+# The operator's switch in the judge's environment: unset, on a CPU only (where it was measured:
+# docs/benchmarks.md, 2b); "1" everywhere; "0" nowhere.
 DRAW_AHEAD_ENV = "EVALFARM_DRAW_AHEAD"
+
+
+def draw_ahead_wanted(setting: str, device_type: str) -> bool:
+    """Whether the next correctness block's inputs are drawn ahead (DRAW_AHEAD_ENV's ``setting``).
+    Any setting but unset, "0" and "1" is an error the operator sees at once."""
+    setting = setting.strip()
+    if setting == "":
+        return device_type != "cuda"
+    if setting in ("0", "1"):
+        return setting == "1"
+    raise ValueError(f"{DRAW_AHEAD_ENV}={setting!r}: expected 0 or 1 (unset: on a CPU only)")
 
 
 class DrawAhead:

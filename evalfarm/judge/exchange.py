@@ -34,7 +34,7 @@ from evalfarm.judge import framing
 from evalfarm.judge.arena import Arena
 from evalfarm.judge.audit_overlap import AUDIT_OVERLAP_ENV, audit_overlap_wanted
 from evalfarm.judge.blame import Verdicted, blame_busy_gpu, receive_failure, worker_error_verdict
-from evalfarm.judge.draw_ahead import DRAW_AHEAD_ENV
+from evalfarm.judge.draw_ahead import DRAW_AHEAD_ENV, draw_ahead_wanted
 from evalfarm.judge.placement import PLACE_CALLS_ENV, place_calls_wanted
 from evalfarm.judge.quiet import QuietProbe
 from evalfarm.judge.roles import REFERENCE
@@ -61,9 +61,9 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 #   the free-memory poisoning in its preparation (the candidate's is the operator's POISON_ENV, as
 #   before); "1" poisons there too.
 # * PLACE_CALLS_ENV (evalfarm.judge.placement): timed calls' memory placed anew per call;
-# * DRAW_AHEAD_ENV (evalfarm.judge.draw_ahead; on unless "0"): the next correctness block's inputs
-#   drawn while the workers run this one;
-# * AUDIT_OVERLAP_ENV (evalfarm.judge.audit_overlap; unset: on a GPU only): a correctness block's
+# * DRAW_AHEAD_ENV (evalfarm.judge.draw_ahead; unset: on a CPU only): the next correctness block's
+#   inputs drawn while the workers run this one;
+# * AUDIT_OVERLAP_ENV (evalfarm.judge.audit_overlap; off unless "1"): a correctness block's
 #   audits run while the reference worker runs the next block;
 # * ARENA_BUDGET_ENV (MiB, a positive integer; unset: evalfarm.judge.setup.arena_budget's default):
 #   the device memory of an evaluation's input/output arenas, so how many rounds a batch holds.
@@ -118,13 +118,13 @@ class Switches:
     spin_s: float
     place_calls: bool = False  # evalfarm.judge.placement
     arena_budget_bytes: int = 0  # ARENA_BUDGET_ENV; 0: evalfarm.judge.setup.arena_budget's default
-    draw_ahead: bool = True  # evalfarm.judge.draw_ahead
+    draw_ahead: bool = False  # evalfarm.judge.draw_ahead
     audit_overlap: bool = False  # evalfarm.judge.audit_overlap
 
     @classmethod
     def from_env(cls, device_type: str) -> Switches:
-        """From ``os.environ``; a bad JUDGE_SPIN_ENV, PLACE_CALLS_ENV, ARENA_BUDGET_ENV or AUDIT_OVERLAP_ENV
-        raises ValueError."""
+        """From ``os.environ``; a bad JUDGE_SPIN_ENV, PLACE_CALLS_ENV, ARENA_BUDGET_ENV, DRAW_AHEAD_ENV or
+        AUDIT_OVERLAP_ENV raises ValueError."""
         prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
         return cls(prepare_ahead=prepare_ahead,
                    go_first=os.environ.get(GO_FIRST_ENV, "1") != "0",
@@ -133,7 +133,7 @@ class Switches:
                    spin_s=judge_spin_s(os.environ.get(JUDGE_SPIN_ENV, ""), device_type),
                    place_calls=place_calls_wanted(os.environ.get(PLACE_CALLS_ENV, ""), device_type),
                    arena_budget_bytes=arena_budget_bytes(os.environ.get(ARENA_BUDGET_ENV, "")),
-                   draw_ahead=os.environ.get(DRAW_AHEAD_ENV, "1") != "0",
+                   draw_ahead=draw_ahead_wanted(os.environ.get(DRAW_AHEAD_ENV, ""), device_type),
                    audit_overlap=audit_overlap_wanted(os.environ.get(AUDIT_OVERLAP_ENV, ""), device_type))
 
 
