@@ -80,13 +80,14 @@ def test_widened_rounds_are_widened_ahead_too():
     assert bool((source().inputs(6)[1] < 0).any()) and not bool((source().inputs(5)[1] < 0).any())
 
 
-def test_a_draw_that_fails_ahead_is_left_to_the_planner():
-    """The thread stops at the failing round; the rounds before it are there, the rest are not, and
-    the planner's own draw of that round meets the failure where it always did."""
+def test_a_draw_that_fails_ahead_is_left_to_the_planner(caplog):
+    """The thread stops at the failing round (and says so); the rounds before it are there, the rest
+    are not, and the planner's own draw of that round meets the failure where it always did."""
     source = InputSource(_module(fail_at=2), "cpu", SECRET)
     ahead = DrawAhead(source, CPU)
     ahead.start(range(10, 15))
     ahead.join()
+    assert "drawing ahead stopped" in caplog.text and "this draw fails" in caplog.text
     assert ahead.take(10) is not None and ahead.take(11) is not None
     assert all(ahead.take(r) is None for r in range(12, 15))
     in_place = InputSource(_module(fail_at=2), "cpu", SECRET)

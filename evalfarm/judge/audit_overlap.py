@@ -21,6 +21,7 @@ reference call makes.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,10 +29,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from evalfarm.compare import Comparison
+from evalfarm.judge.draw_ahead import cuda_index
 
 if TYPE_CHECKING:
     from evalfarm.judge.audits import RoundAudit
     from evalfarm.judge.rounds import RoundPlan
+
+log = logging.getLogger(__name__)
 
 # The operator's switch in the judge's environment: "1" on, "0" or unset off (every batch audited
 # before the next is run). Off by default: on a 2-core CPU machine the comparisons take the cores
@@ -58,12 +62,12 @@ class AuditLook:
         self.plans = plans
         self.done = False  # the batch has been checked (Judge._check_batch), or its check began
         self._audit = audit
-        self._device = device
         self._found: dict[int, Comparison] = {}
         self._seconds = 0.0
         self._phases = phases if phases is not None else {}
         self._stream: Any = None
-        if device.type == "cuda":
+        self._index = cuda_index(device)
+        if self._index is not None:
             # Its own stream, after what the judge's stream has queued so far; the judge's writes of
             # the next batch's inputs then never wait for these comparisons.
             self._stream = torch.cuda.Stream(device)
@@ -75,13 +79,15 @@ class AuditLook:
         t0 = time.monotonic()
         try:
             if self._stream is not None:
-                torch.cuda.set_device(self._device)
+                torch.cuda.set_device(self._index)
                 with torch.cuda.stream(self._stream):
                     self._found = self._audit.passing(self.plans)
                 self._stream.synchronize()
             else:
                 self._found = self._audit.passing(self.plans)
-        except BaseException:  # noqa: BLE001 - nothing found: the judge checks every round in full
+        except BaseException as err:  # noqa: BLE001 - nothing found: the judge checks every round in full
+            log.warning("audits beside the next block stopped (the judge checks the batch itself): %s: %s",
+                        type(err).__name__, err)
             self._found = {}
         finally:
             self._seconds = time.monotonic() - t0

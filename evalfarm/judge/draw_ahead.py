@@ -17,6 +17,7 @@ Used where the device has room for a second batch of the judge's input copies
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -25,9 +26,18 @@ import torch
 
 from evalfarm.judge.inputs import InputSource
 
+log = logging.getLogger(__name__)
+
 # The operator's switch in the judge's environment: unset, on a CPU only (where it was measured:
 # docs/benchmarks.md, 2b); "1" everywhere; "0" nowhere.
 DRAW_AHEAD_ENV = "EVALFARM_DRAW_AHEAD"
+
+
+def cuda_index(device: torch.device) -> int | None:
+    """The CUDA device's index (the caller's current device where ``device`` names none); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def draw_ahead_wanted(setting: str, device_type: str) -> bool:
@@ -47,7 +57,8 @@ class DrawAhead:
 
     def __init__(self, source: InputSource, device: torch.device, phases: dict[str, float] | None = None) -> None:
         self._source = source
-        self._device = device
+        # The thread's current device, by index ("cuda" alone names the caller's current one).
+        self._index = cuda_index(device)
         self._thread: threading.Thread | None = None
         self._drawn: dict[int, list[Any]] = {}
         self._seconds = 0.0
@@ -67,14 +78,14 @@ class DrawAhead:
     def _draw(self, rounds: range) -> None:
         t0 = time.monotonic()
         try:
-            if self._device.type == "cuda":
-                torch.cuda.set_device(self._device)  # the thread's own current device
+            if self._index is not None:
+                torch.cuda.set_device(self._index)  # the thread's own current device
             for r in rounds:
                 self._drawn[r] = self._source.inputs(r)
-            if self._device.type == "cuda":
-                torch.cuda.synchronize(self._device)
-        except BaseException:  # noqa: BLE001 - the planner draws the rest itself and meets it there
-            pass
+            if self._index is not None:
+                torch.cuda.synchronize(self._index)
+        except BaseException as err:  # noqa: BLE001 - the planner draws the rest itself and meets it there
+            log.warning("drawing ahead stopped (the planner draws the rest itself): %s: %s", type(err).__name__, err)
         finally:
             self._seconds = time.monotonic() - t0
 
