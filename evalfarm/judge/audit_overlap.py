@@ -38,9 +38,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The operator's switch in the judge's environment: "1" on, "0" or unset off (every batch audited
-# before the next is run). Off by default: on a 2-core CPU machine the comparisons take the cores
-# the workers' calls need and correctness took longer with the overlap than without, and on a GPU
-# it has not been measured yet (docs/benchmarks.md, 2b).
+# before the next is run). Off by default: correctness took longer with it on a 2-core CPU machine
+# (the comparisons take the cores the workers' calls need) and on an H100 (memory-bound comparisons
+# slowed the reference's memory-bound block calls, and half batches doubled the blocks):
+# docs/benchmarks.md, 2b.
 AUDIT_OVERLAP_ENV = "EVALFARM_AUDIT_OVERLAP"
 
 
