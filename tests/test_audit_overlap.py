@@ -146,7 +146,9 @@ def get_init_inputs():
     return []
 '''
 
-WRONG_FROM_14 = '''
+def wrong_from(calls: int, scale: float) -> str:
+    """A candidate for ``relu(x) * scale`` that is right for its first ``calls - 1`` calls, then off by one."""
+    return f'''
 import torch
 import torch.nn as nn
 
@@ -158,8 +160,8 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         self.calls += 1
-        y = torch.relu(x) * 1.5
-        return y + 1.0 if self.calls >= 14 else y
+        y = torch.relu(x) * {scale}
+        return y + 1.0 if self.calls >= {calls} else y
 '''
 
 
@@ -201,29 +203,12 @@ def test_an_earlier_rounds_verdict_comes_before_the_reference_failing_in_the_nex
     reference's calls fail in the second, while the first block's audits still run beside it: the
     verdict is the wrong output's, as the rounds' order says."""
     (tmp_path / "task.py").write_text(FAILING_REFERENCE)
-    (tmp_path / "cand.py").write_text(WRONG_FROM_14)
+    (tmp_path / "cand.py").write_text(wrong_from(14, 1.5))
     monkeypatch.setenv(AUDIT_OVERLAP_ENV, "1")
     r = score(as_task(str(tmp_path / "task.py")), as_candidate(str(tmp_path / "cand.py")), QUICK, build_pool=build_pool)
     assert r.verdict is Verdict.INCORRECT, r.detail
     first_wrong = int(r.detail.split("correctness input ")[1].split(" ")[0])
     assert 5 < first_wrong <= 21, r.detail  # a round of the first block
-
-
-GPU_WRONG_FROM_300 = '''
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        y = torch.relu(x)
-        return y + 1.0 if self.calls >= 300 else y
-'''
 
 
 @pytest.mark.gpu
@@ -234,6 +219,6 @@ def test_on_a_gpu_audits_overlap_and_verdicts_stay(monkeypatch, tmp_path, data_d
     same = score(task, as_candidate(str(data_dir / "gpu" / "cand_same.py")), cfg, build_pool=build_pool)
     assert same.verdict is Verdict.OK, same.detail
     assert same.evidence.phases_s.get("rounds_audit_overlapped", 0) > 0, same.evidence.phases_s
-    (tmp_path / "cand.py").write_text(GPU_WRONG_FROM_300)
+    (tmp_path / "cand.py").write_text(wrong_from(300, 1.0))
     wrong = score(task, as_candidate(str(tmp_path / "cand.py")), cfg, build_pool=build_pool)
     assert wrong.verdict is Verdict.INCORRECT and "correctness input" in wrong.detail, wrong.detail

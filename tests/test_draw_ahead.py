@@ -60,7 +60,7 @@ def test_inputs_drawn_ahead_are_the_ones_drawn_in_place():
         assert drawn is not None and _same(drawn, in_place.inputs(r))
         assert ahead.take(r) is None  # taken once
     assert ahead.take(9) is None and ahead.take(4) is None  # rounds not drawn
-    assert ahead.rounds == 4 and phases["rounds_inputs_ahead"] > 0
+    assert phases["rounds_inputs_ahead"] > 0
 
 
 def test_widened_rounds_are_widened_ahead_too():
@@ -103,8 +103,8 @@ def test_one_batch_at_a_time_and_nothing_taken_while_drawing():
         ahead.start(range(2, 4))
     with pytest.raises(RuntimeError, match="still being drawn"):
         ahead.take(0)
-    ahead.drop()
-    assert ahead.take(0) is None and ahead.take(1) is None
+    ahead.join()
+    assert ahead.take(0) is not None and ahead.take(1) is not None and ahead.take(2) is None
 
 
 def test_memory_for_a_second_batch_is_checked():

@@ -30,6 +30,7 @@ import torch
 
 from evalfarm.compare import Comparison
 from evalfarm.judge.draw_ahead import cuda_index
+from evalfarm.judge.switch_env import on_off
 
 if TYPE_CHECKING:
     from evalfarm.judge.audits import RoundAudit
@@ -47,11 +48,8 @@ AUDIT_OVERLAP_ENV = "EVALFARM_AUDIT_OVERLAP"
 
 def audit_overlap_wanted(setting: str, device_type: str) -> bool:
     """Whether audits overlap the next block (AUDIT_OVERLAP_ENV's ``setting``). Any setting but
-    unset, "0" and "1" is an error the operator sees at once."""
-    setting = setting.strip()
-    if setting in ("", "0", "1"):
-        return setting == "1"
-    raise ValueError(f"{AUDIT_OVERLAP_ENV}={setting!r}: expected 0 or 1 (unset: off)")
+    unset, "0" and "1" is an error the operator sees at once. Off by default on every device."""
+    return on_off(AUDIT_OVERLAP_ENV, setting, False, "off")
 
 
 class AuditLook:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from evalfarm.judge.inputs import InputSource
+from evalfarm.judge.switch_env import on_off
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +45,7 @@ def cuda_index(device: torch.device) -> int | None:
 def draw_ahead_wanted(setting: str, device_type: str) -> bool:
     """Whether the next correctness block's inputs are drawn ahead (DRAW_AHEAD_ENV's ``setting``).
     Any setting but unset, "0" and "1" is an error the operator sees at once."""
-    setting = setting.strip()
-    if setting == "":
-        return device_type != "cuda"
-    if setting in ("0", "1"):
-        return setting == "1"
-    raise ValueError(f"{DRAW_AHEAD_ENV}={setting!r}: expected 0 or 1 (unset: on a CPU only)")
+    return on_off(DRAW_AHEAD_ENV, setting, device_type != "cuda", "on a CPU only")
 
 
 class DrawAhead:
@@ -66,7 +62,6 @@ class DrawAhead:
         # The evaluation's round phases: the thread's drawing time goes into "rounds_inputs_ahead"
         # (overlapped with the blocks, so in no other phase's time).
         self._phases = phases if phases is not None else {}
-        self.rounds = 0  # rounds drawn ahead and taken
 
     def start(self, rounds: range) -> None:
         """Draw ``rounds`` in a helper thread (one batch at a time)."""
@@ -101,12 +96,4 @@ class DrawAhead:
         """Round ``r``'s inputs if they were drawn ahead (once), else None."""
         if self._thread is not None:
             raise RuntimeError("inputs taken while a batch is still being drawn ahead")
-        values = self._drawn.pop(r, None)
-        if values is not None:
-            self.rounds += 1
-        return values
-
-    def drop(self) -> None:
-        """Forget what was drawn and not taken (after a batch that did not go as planned)."""
-        self.join()
-        self._drawn = {}
+        return self._drawn.pop(r, None)

@@ -42,6 +42,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from evalfarm.judge.switch_env import on_off
+
 PLACE_CALLS_ENV = "EVALFARM_PLACE_CALLS"
 SMALL_POOL_BYTES = 1 << 20  # PyTorch's CUDA caching allocator: requests up to this, its small pool
 MAX_SPACER_BYTES = 16 << 20
@@ -57,12 +59,7 @@ PLACEMENT_NOTE = (f"timed calls placed anew: inputs at a random offset (0-{INPUT
 def place_calls_wanted(setting: str, device_type: str) -> bool:
     """Whether timed calls are placed anew (PLACE_CALLS_ENV's ``setting``): unset, on a GPU only;
     "1" everywhere; "0" nowhere. Any other setting is an error the operator sees at once."""
-    setting = setting.strip()
-    if setting == "":
-        return device_type == "cuda"
-    if setting in ("0", "1"):
-        return setting == "1"
-    raise ValueError(f"{PLACE_CALLS_ENV}={setting!r}: expected 0 or 1 (unset: on a GPU only)")
+    return on_off(PLACE_CALLS_ENV, setting, device_type == "cuda", "on a GPU only")
 
 
 def spacer_bytes(rng: random.Random, low: int = 0, high: int = MAX_SPACER_BYTES) -> int:
