@@ -16,6 +16,9 @@ A *control* file (``--control-file``, by default ``/etc/passwd``, which every sa
 purpose) is read through the same routes and must come back: otherwise the routes did not work
 and the drill proves nothing. The drill passes when every control came back and no secret (the
 whole content, or any line of 16 or more characters) appears in any text field of any result.
+An attack the daemon answers INFRA_ERROR (the farm's own failure, no verdict) is sent again, three
+times in all (``--attempts``); the detail of each INFRA_ERROR is in the report, and a control that
+never got a verdict did not come back.
 Exit code 0: passed; 1: a secret crossed, or a control did not come back; 2: the drill could not
 run (daemon unreachable, a secret file unreadable).
 """
@@ -200,10 +203,28 @@ def _score(stub: pb_grpc.EvalFarmStub, source: str, task: str, metadata: tuple, 
     return stub.Score(request, metadata=metadata, timeout=timeout)
 
 
+# An INFRA_ERROR says nothing about the candidate (the farm's own failure: a worker that did not
+# start, a host short of memory); the drill sends that attack again, as the farm's client does, at
+# most this many times in all, and reports the last one's detail where it never got a verdict.
+ATTEMPTS = 3
+
+
+def _score_until_judged(stub: pb_grpc.EvalFarmStub, source: str, task: str, metadata: tuple, timeout: float,
+                        attempts: int) -> tuple[pb.ScoredSample, list[pb.ScoredSample]]:
+    """The first result that is not INFRA_ERROR (or the last INFRA_ERROR), and every result sent back."""
+    results = []
+    for _ in range(max(1, attempts)):
+        results.append(_score(stub, source, task, metadata, timeout))
+        if results[-1].verdict != pb.VERDICT_INFRA_ERROR:
+            break
+    return results[-1], results
+
+
 def run(stub: pb_grpc.EvalFarmStub, secret_paths: list[str], control: str, task: str = "L1/1",
-        metadata: tuple = (), timeout: float = 900.0, log=print, only: str = "") -> dict:
-    """Send every attack (``only``: those whose name contains it); the report (``passed``, and per
-    attack its verdict, what crossed and whether its control came back)."""
+        metadata: tuple = (), timeout: float = 900.0, log=print, only: str = "", attempts: int = ATTEMPTS) -> dict:
+    """Send every attack (``only``: those whose name contains it; an INFRA_ERROR sent again, ``attempts``
+    in all); the report (``passed``, and per attack its verdict, what crossed in any of its results,
+    whether its control came back, and the detail of any INFRA_ERROR)."""
     secret = {p: secret_texts(p) for p in secret_paths}
     control_lines = [ln for ln in Path(control).read_text(errors="replace").splitlines() if len(ln) >= 8]
     if not control_lines:
@@ -211,17 +232,19 @@ def run(stub: pb_grpc.EvalFarmStub, secret_paths: list[str], control: str, task:
     rows = []
     for attack in (a for a in attacks(secret_paths, control, control_lines[0]) if only in a.name):
         t0 = time.monotonic()
-        sample = _score(stub, attack.source, task, metadata, timeout)
-        leaked = crossed(sample, secret)
+        sample, results = _score_until_judged(stub, attack.source, task, metadata, timeout, attempts)
+        leaked = sorted({path for r in results for path in crossed(r, secret)})
         text = sample.detail + sample.evidence_json
         control_ok = not attack.must_return or attack.must_return in text
+        infra = [r.detail[-2000:] for r in results if r.verdict == pb.VERDICT_INFRA_ERROR]
         rows.append({"attack": attack.name, "verdict": pb.Verdict.Name(sample.verdict), "crossed": leaked,
                      "control_returned": control_ok if attack.must_return else None,
-                     "seconds": round(time.monotonic() - t0, 1)})
+                     "infra_errors": infra, "seconds": round(time.monotonic() - t0, 1)})
         status = "FAIL" if leaked or not control_ok else "ok"
         log(f"{status:4}  {attack.name}: {rows[-1]['verdict']}"
             + (f"; CROSSED: {', '.join(leaked)}" if leaked else "")
-            + ("; the control did not come back (the route did not work)" if not control_ok else ""))
+            + ("; the control did not come back (the route did not work)" if not control_ok else "")
+            + (f"; {len(infra)} INFRA_ERROR (sent again), the last: {infra[-1][-500:]}" if infra else ""))
     passed = all(not r["crossed"] and r["control_returned"] is not False for r in rows)
     return {"passed": passed, "secret_files": secret_paths, "control": control, "attacks": rows}
 
@@ -240,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per attack")
     ap.add_argument("--json", type=Path, default=None, help="also write the report here")
     ap.add_argument("--only", default="", help="run only the attacks whose name contains this text")
+    ap.add_argument("--attempts", type=int, default=ATTEMPTS,
+                    help="sends of an attack in all while the daemon answers INFRA_ERROR (the farm's fault, "
+                         f"no verdict; default {ATTEMPTS})")
     args = ap.parse_args(argv)
     try:
         metadata = auth_metadata(read_token_file(args.token_file)) if args.token_file else ()
@@ -251,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             channel = grpc.insecure_channel(args.server)
         with channel:
             report = run(pb_grpc.EvalFarmStub(channel), args.secret_file, args.control_file, args.task,
-                         metadata, args.timeout, only=args.only)
+                         metadata, args.timeout, only=args.only,
+                         attempts=args.attempts)
     except (OSError, ValueError) as err:
         print(f"hostile drill: error: {err}", file=sys.stderr)
         return 2

@@ -50,13 +50,53 @@ def test_what_counts_as_a_secret_and_as_crossing(tmp_path: Path) -> None:
                                  {str(key): parts}) == []
 
 
+
+class _ScriptedStub:
+    """Answers Score with the given samples in turn (the drill's own rules, without a daemon)."""
+
+    def __init__(self, answers: list[pb.ScoredSample]) -> None:
+        self.answers = list(answers)
+        self.sent = 0
+
+    def Score(self, request, metadata=(), timeout=None):  # noqa: N802 - the gRPC method's name
+        self.sent += 1
+        return self.answers.pop(0)
+
+
+def test_an_infra_error_is_sent_again_and_its_detail_kept(tmp_path: Path) -> None:
+    control = tmp_path / "control"
+    control.write_text("control-line-that-must-come-back\n")
+    secret = tmp_path / "secret"
+    secret.write_text("secret-line-that-must-never-come-back\n")
+    infra = pb.ScoredSample(verdict=pb.VERDICT_INFRA_ERROR, detail="the reference worker did not start (TimeoutError)")
+    judged = pb.ScoredSample(verdict=pb.VERDICT_LOAD_ERROR, detail="RuntimeError: LEAKcontrol-line-that-must-come-backEND")
+    stub = _ScriptedStub([infra, infra, judged])
+    report = hostile_drill.run(stub, [str(secret)], str(control), only="incbin of the control", log=lambda _: None)
+    (row,) = report["attacks"]
+    assert stub.sent == 3 and report["passed"]
+    assert row["verdict"] == "VERDICT_LOAD_ERROR" and row["control_returned"] is True
+    assert row["infra_errors"] == [infra.detail, infra.detail]
+
+    # Never judged: the control did not come back, and the drill fails saying why.
+    stub = _ScriptedStub([infra] * 3)
+    lines: list[str] = []
+    report = hostile_drill.run(stub, [str(secret)], str(control), only="incbin of the control", log=lines.append)
+    assert stub.sent == 3 and not report["passed"]
+    assert report["attacks"][0]["control_returned"] is False and "did not start" in lines[0]
+
+    # A secret in an INFRA_ERROR's detail crossed, whatever the later verdict.
+    leaky = pb.ScoredSample(verdict=pb.VERDICT_INFRA_ERROR, detail="secret-line-that-must-never-come-back")
+    stub = _ScriptedStub([leaky, judged])
+    report = hostile_drill.run(stub, [str(secret)], str(control), only="incbin of the control", log=lambda _: None)
+    assert not report["passed"] and report["attacks"][0]["crossed"] == [str(secret)]
+
 @pytest.mark.slow
 @pytest.mark.long  # builds several C++ extensions (make test-long; deploy/smoke.sh runs the drill too)
 @pytest.mark.skipif(not SANDBOX.strong, reason=f"needs the strong sandbox: {SANDBOX.summary()}")
 def test_the_drill_passes_against_the_strong_sandbox(spawn_daemon, daemon_files) -> None:
     d = spawn_daemon("--auth-token-file", str(daemon_files["token"]), "--warm-judges", "0")
     report = _drill(d.target, daemon_files)
-    assert report["passed"], report
+    assert report["passed"], (report, d.log()[-6000:])
     assert len(report["attacks"]) >= 8 and not any(r["crossed"] for r in report["attacks"])
     assert all(r["control_returned"] for r in report["attacks"] if r["control_returned"] is not None)
 
