@@ -6,7 +6,8 @@ Where a task declares other sizes (``SIZE_PROFILES``, docs/tasks.md), or, withou
 module-level batch-size constant (``batch_size = 16``, as KernelBench tasks do: a size that
 changes only how many independent rows there are, so scaling it is safe), ``evalfarm.scoring`` runs
 a second, short, correctness-only evaluation at one other profile after an OK verdict (fresh
-judge and workers, its own secret seed, ``OTHER_SIZES_INPUTS`` correctness inputs, no timing)
+judge and workers, its own secret seed, ``OTHER_SIZES_INPUTS`` correctness inputs, no timing,
+and none of the set-up only timing needs: roofline, precision gate, degenerate-task probe)
 and reports it as ``evidence.other_sizes``:
 
     {"profile": "default", "status": "ok" | "failed" | "not_applicable", "detail": "..."}

@@ -104,3 +104,22 @@ def test_kernelbench_style_batch_constant_is_rechecked(data_dir, build_pool):
     assert other["profile"] == "scaled_batch" and other["status"] == "failed", other
     good = score(task, as_candidate(str(data_dir / "cand_sized_honest.py")), QUICK, build_pool=build_pool)
     assert good.verdict is Verdict.OK and good.evidence.other_sizes["status"] == "ok", good.evidence.other_sizes
+
+
+def test_the_check_at_another_size_sets_up_only_what_correctness_needs(task, data_dir, build_pool, monkeypatch):
+    """The correctness-only evaluation neither counts FLOPs for a roofline nor computes float64
+    ground truths nor probes the task for degenerate outputs: none of it decides its verdict."""
+    from evalfarm import other_sizes
+    from evalfarm.judge.setup import CORRECTNESS_ONLY_PRECISION
+
+    seen = []
+    real = other_sizes.from_result
+    monkeypatch.setattr(other_sizes, "from_result", lambda p, result, s: seen.append(result) or real(p, result, s))
+    r = _score(task, data_dir, "cand_sized_honest.py", build_pool)
+    assert r.verdict is Verdict.OK and r.evidence.other_sizes["status"] == "ok", r.detail
+    assert r.evidence.precision.get("applied") is True, r.evidence.precision  # the scored size: gated
+    assert r.evidence.roofline
+    (check,) = seen
+    assert check.evidence.precision == {"applied": False, "note": CORRECTNESS_ONLY_PRECISION}
+    assert check.evidence.roofline == {} and check.evidence.timing is None
+    assert check.evidence.correctness_inputs == 5

@@ -255,9 +255,11 @@ class Judge:
             and self.shared.key == self.window.key else None
         if shared is None:
             profile = self.task.resolve_profile(cfg.size_profile, self.device.type)
-            ref, ref_model = set_up_reference(self.task, profile, self.device, self.task_facts, self.evidence, mark)
+            ref, ref_model = set_up_reference(self.task, profile, self.device, self.task_facts, self.evidence,
+                                              mark, self.correctness_only)
             self.precision_gate, self.roofline_counts, self.evidence.precision = set_up_precision(
-                ref_model, ref.source, ref.out_struct, self.device, cfg, self.rng, mark)  # converts ref_model to float64
+                ref_model, ref.source, ref.out_struct, self.device, cfg, self.rng, mark,
+                self.correctness_only)  # converts ref_model to float64
             model64 = None
             if self.window is not None and self.precision_gate is not None:
                 model64 = ref_model.to("cpu")  # kept for the window's later candidates, off the device
@@ -269,7 +271,7 @@ class Judge:
             ref = dataclasses.replace(shared.reference, source=shared.reference.source.fresh())
             self.roofline_counts = shared.counts
             self.precision_gate, self.evidence.precision = refresh_precision(
-                shared, ref.source, self.device, cfg, self.rng, mark)
+                shared, ref.source, self.device, cfg, self.rng, mark, self.correctness_only)
         self.evidence.size_profile = profile
         self.reference = ref
         if ref.degenerate:

@@ -146,9 +146,10 @@ class Reference:
 
 
 def set_up_reference(task: Task, profile: str, device: torch.device, task_facts: dict[str, Any],
-                     evidence: Evidence, mark: Mark) -> tuple[Reference, Any]:
+                     evidence: Evidence, mark: Mark, correctness_only: bool = False) -> tuple[Reference, Any]:
     """The task's Model built and called twice, its outputs' structure and memory facts learnt, the
-    degenerate-output check made; returns them and the model. Any failure is the task's (INFRA_ERROR)."""
+    degenerate-output check made (not for ``correctness_only``: it decides only whether a speedup
+    is paid); returns them and the model. Any failure is the task's (INFRA_ERROR)."""
     memory = MemoryGate(device)
     try:
         task_mod = instantiate_task(task, profile)
@@ -177,8 +178,8 @@ def set_up_reference(task: Task, profile: str, device: torch.device, task_facts:
         out_struct = [(tuple(o.shape), o.dtype) for o in flatten_output(ref_out)]
         del ref_out
         mark("setup_reference")
-        degenerate = degenerate_reason(lambda inputs, m=ref_model: m(*inputs),
-                                       [lambda i=i: source.inputs(i) for i in (-1, -2, -3)])
+        degenerate = "" if correctness_only else degenerate_reason(
+            lambda inputs, m=ref_model: m(*inputs), [lambda i=i: source.inputs(i) for i in (-1, -2, -3)])
         mark("setup_lint")
     except Verdicted:
         raise
@@ -194,13 +195,26 @@ def set_up_reference(task: Task, profile: str, device: torch.device, task_facts:
                      out_struct, degenerate), ref_model
 
 
+# A correctness-only evaluation (evalfarm.other_sizes' check at another size) pays nothing and
+# times nothing: no roofline (evidence of timed results only) and no precision gate (it applies
+# where the speedup is measured; reduced precision at another size earns no reward).
+CORRECTNESS_ONLY_PRECISION = ("correctness-only check at another size: the gate applies to the evaluation "
+                              "at the scored size")
+
+
 def set_up_precision(model: Any, source: InputSource, out_struct: list[tuple[tuple[int, ...], torch.dtype]],
-                     device: torch.device, cfg: ScoreConfig, rng: Any, mark: Mark
+                     device: torch.device, cfg: ScoreConfig, rng: Any, mark: Mark, correctness_only: bool = False,
                      ) -> tuple[precision.PrecisionGate | None, roofline.Counts, dict[str, Any]]:
     """One reference call's FLOPs and bytes (evalfarm.judge.roofline), then the precision gate's
     float64 ground truths of its rounds (evalfarm.judge.precision), which converts ``model``
     to float64. Neither is ever a verdict: a failure is a note in the evidence. Returns the gate
-    (None: not applied), the counts and ``evidence.precision``."""
+    (None: not applied), the counts and ``evidence.precision``. ``correctness_only``: neither
+    (``CORRECTNESS_ONLY_PRECISION``), the counts empty and ``model`` left as it is."""
+    if correctness_only:
+        mark("setup_roofline")
+        mark("setup_precision")
+        return None, roofline.Counts(None, {}, None, "not counted: correctness only"), \
+            precision.not_applied(CORRECTNESS_ONLY_PRECISION)
     counts = roofline.count(model, source.inputs(-1), out_struct)
     mark("setup_roofline")
     gate, ev = precision_gate(model, source, out_struct, device, cfg, rng, counts.flops)
@@ -243,11 +257,15 @@ class TaskSetup:
 
 
 def refresh_precision(setup: TaskSetup, source: InputSource, device: torch.device, cfg: ScoreConfig, rng: Any,
-                      mark: Mark) -> tuple[precision.PrecisionGate | None, dict[str, Any]]:
+                      mark: Mark, correctness_only: bool = False) -> tuple[precision.PrecisionGate | None, dict[str, Any]]:
     """The precision gate for a later candidate of a window: the kept float64 model on the device
-    again, ground truths computed from this candidate's own inputs, the model back on the host."""
+    again, ground truths computed from this candidate's own inputs, the model back on the host
+    (``correctness_only``: none, as in ``set_up_precision``)."""
     model = setup.model64
     out_struct = setup.reference.out_struct
+    if correctness_only:
+        mark("setup_precision")
+        return None, precision.not_applied(CORRECTNESS_ONLY_PRECISION)
     if model is None:
         reason = precision.not_applied_reason(cfg.precision, cfg.guard_policy, [d for _s, d in out_struct])
         mark("setup_precision")
