@@ -29,6 +29,14 @@ Every merged result carries ``evidence.reverified``::
 
 The reported speedup is rounded once, here, with `evalfarm.timing.conservative_round` of
 the kept measurement's raw speedup.
+
+What the second measurement runs (``second_config``, both callers): the first's options, with at
+most ``REVERIFY_CORRECTNESS_INPUTS`` correctness inputs. The first measurement established
+correctness on its own inputs (1000 by default); the second is there to measure the speed again,
+in fresh workers with a new secret, so its inputs are new too: its own correctness inputs are
+checked, and its timed rounds audited, as in any evaluation (a failure there is a candidate
+verdict, as above), but it does not pay for the whole correctness phase a second time.
+``evidence.reverified["correctness_inputs"]`` says how many it checked.
 """
 
 from __future__ import annotations
@@ -36,17 +44,28 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalfarm.result import ScoreResult
 from evalfarm.timing import conservative_round
 from evalfarm.verdict import Verdict
+
+if TYPE_CHECKING:
+    from evalfarm.config import ScoreConfig
 
 REVERIFY_ABOVE = 3.0  # re-measure any score above this (ScoreConfig.reverify_above's default)
 REVERIFY_FACTOR = 2.0  # ... or above this multiple of the best score seen for the task
 AGREEMENT = 0.10  # two measurements agree when the second is within 10% of the first
 
 AGREED, DISAGREED, FAILED, NOT_REVERIFIED = "agreed", "disagreed", "failed", "not_reverified"
+# The second measurement's correctness inputs, at most (``second_config``).
+REVERIFY_CORRECTNESS_INPUTS = 100
+
+
+def second_config(config: ScoreConfig) -> ScoreConfig:
+    """The second measurement's options: ``config`` with at most ``REVERIFY_CORRECTNESS_INPUTS``
+    correctness inputs (see the module doc)."""
+    return config.replace(num_correctness_inputs=min(config.num_correctness_inputs, REVERIFY_CORRECTNESS_INPUTS))
 
 
 def raw_speedup(result: ScoreResult) -> float:
@@ -104,7 +123,8 @@ def merge(
     """
     s1 = raw_speedup(first)
     record: dict[str, Any] = {"first_speedup": s1, "speedup": None, "tolerance": AGREEMENT, "where": where,
-                              "verdict": second.verdict.value, **(info or {})}
+                              "verdict": second.verdict.value,
+                              "correctness_inputs": second.evidence.correctness_inputs, **(info or {})}
     at1 = f" on {first_label}" if first_label else ""
     at2 = f" on {second_label}" if second_label else ""
 

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import IO
 
-from evalfarm import other_sizes
+from evalfarm import other_sizes, reverify
 from evalfarm.config import ScoreConfig
 from evalfarm.tasks.format import Task
 
@@ -74,8 +74,10 @@ class PhasePrinter:
             return (f"timing: paired rounds until the 95% CI is within +/-{c.target_ci:.0%} (at most "
                     f"{c.timing_budget_s:g} s from the first round)")
         if phase == "reverify":
+            n = reverify.second_config(c).num_correctness_inputs
             return (f"re-verification: {facts.get('speedup')}x is above {c.reverify_above:g}x, measuring again in "
-                    "fresh workers with new inputs (same bounds; --reverify-above 0 skips it)")
+                    f"fresh workers with new inputs ({n} correctness inputs, then timing; same bounds; "
+                    "--reverify-above 0 skips it)")
         if phase == "other_sizes":
             n = min(c.num_correctness_inputs, other_sizes.OTHER_SIZES_INPUTS)
             return (f"other sizes: correctness at size profile {facts.get('profile')!r}, {n} inputs "

@@ -247,7 +247,7 @@ class Evaluation:
             return first
         self._tell("reverify", speedup=first.speedup)
         self._judge_run_kind = "reverify"
-        second = self._judge_run(arch)
+        second = self._judge_run(arch, reverify.second_config(self.config))
         if self._cancelled:
             return second
         return reverify.merge(first, second, where="fresh process, same device")

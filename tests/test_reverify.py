@@ -75,7 +75,8 @@ def test_merge_of_two_ok_measurements(s1: float, s2: float, status: str, kept_ra
     assert out.evidence.timing is not None and out.evidence.timing.raw_speedup == kept_raw
     rv = out.evidence.reverified
     assert rv == {"status": status, "agreed": status == "agreed", "first_speedup": s1, "speedup": s2,
-                  "tolerance": 0.10, "where": "w", "verdict": "OK", "host": "h2"}
+                  "tolerance": 0.10, "where": "w", "verdict": "OK", "correctness_inputs": 0,
+                  "host": "h2"}
     if status == "disagreed":
         assert "re-verification disagreed" in out.detail and "reporting the lower" in out.detail
         assert any("reporting the lower" in g for g in out.evidence.guards)
@@ -128,3 +129,30 @@ def test_needs_reverification_properties(score: float, above: float, best: float
     s = conservative_round(score)
     expect = above > 0 and (s > above or (best is not None and best > 0 and s > 2.0 * best))
     assert got is expect
+
+
+def test_the_second_measurement_checks_at_most_its_own_share_of_correctness_inputs():
+    from evalfarm.config import ScoreConfig
+    from evalfarm.reverify import REVERIFY_CORRECTNESS_INPUTS, second_config
+
+    first = ScoreConfig(num_correctness_inputs=1000, timing_budget_s=7.0, reverify_above=2.5)
+    second = second_config(first)
+    assert second.num_correctness_inputs == REVERIFY_CORRECTNESS_INPUTS < 1000
+    assert second.replace(num_correctness_inputs=1000) == first  # nothing else changes
+    assert second_config(first.replace(num_correctness_inputs=20)).num_correctness_inputs == 20
+
+
+def test_a_daemon_runs_a_re_measurement_request_with_the_second_measurement_s_options():
+    from evalfarm.server.validate import TaskResolver, prepare
+    from evalfarm.v1 import evalfarm_pb2 as pb
+
+    def request(reverification: bool) -> pb.ScoreRequest:
+        return pb.ScoreRequest(task=pb.TaskRef(name="L1/1"), reverification=reverification,
+                               candidate=pb.Candidate(source=b"class ModelNew: ...", sample_id="s"),
+                               options=pb.ScoreOptions(num_correctness_inputs=1000, timing_budget_s=3.0))
+
+    ordinary = prepare(request(False), TaskResolver(None), 1 << 20).config
+    second = prepare(request(True), TaskResolver(None), 1 << 20).config
+    assert ordinary.num_correctness_inputs == 1000
+    assert second == reverify.second_config(ordinary)
+    assert second.num_correctness_inputs == reverify.REVERIFY_CORRECTNESS_INPUTS

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from evalfarm import ScoreConfig, Verdict
+from evalfarm import ScoreConfig, Verdict, reverify
 from evalfarm.scoring import as_candidate, as_task, score, start
 from evalfarm.tasks import TaskFormatError
 
@@ -219,8 +219,9 @@ def _reverify(first, second, **changes):
 
     calls = []
 
-    def judge_run(arch):
+    def judge_run(arch, config=None):
         calls.append(arch)
+        assert config is not None and config.num_correctness_inputs <= reverify.REVERIFY_CORRECTNESS_INPUTS
         return second
 
     fake = SimpleNamespace(config=QUICK.replace(**changes), _cancelled=False, _judge_run=judge_run,

@@ -45,6 +45,12 @@ def test_the_key_changes_with_the_task_its_profiles_and_every_setting():
     # The candidate is not part of it; a correctness-only check (other sizes) never shares a set-up.
     assert request_key(request) == request_key({**request, "candidate_source": "b"})
     assert request_key(request) != request_key({**request, "correctness_only": True})
+    # How many correctness inputs a candidate gets is its own evaluation's (a re-measurement has
+    # fewer: evalfarm.reverify.second_config); every other setting is the set-up's.
+    n1000 = {**request, "config": {"device": "cpu", "num_correctness_inputs": 1000}}
+    assert request_key(n1000) == request_key({**request, "config": {"device": "cpu", "num_correctness_inputs": 100}})
+    assert request_key(n1000) != request_key({**request, "config": {"device": "cpu", "num_correctness_inputs": 1000,
+                                                                     "timing_budget_s": 2.0}})
     state = WindowState(WindowSpec(3, 5.0), request_key(request))
     assert state.next_request_fits({**request, "candidate_source": "c"})
     assert not state.next_request_fits({**request, "task_source": "u"})
@@ -229,3 +235,25 @@ def test_a_parked_judge_forgets_the_worker_groups_its_judge_reaped():
     assert judge.window_key == "k" * 64 and not judge.ready
     JudgeProcess.park(judge, "k" * 64, 10.0, None)
     assert judge.worker_pgids == []
+
+
+def test_a_re_measurement_is_served_by_the_window_s_judge_with_fewer_correctness_inputs(data_dir, build_pool):
+    """An outlier's second measurement (evalfarm.reverify) runs in the window's judge, sharing the
+    task's set-up, with fresh workers and its own, smaller set of correctness inputs."""
+    from evalfarm.reverify import REVERIFY_CORRECTNESS_INPUTS
+
+    task = as_task(str(data_dir / "task_scale.py"))
+    n = REVERIFY_CORRECTNESS_INPUTS + 20
+    judges = WarmJudges({}, window=WindowSpec(4, 30.0))
+    try:
+        r = score(task, as_candidate(str(data_dir / "cand_same.py")),
+                  QUICK.replace(num_correctness_inputs=n, reverify_above=0.01), build_pool, judges=judges)
+        stats = judges.stats()
+    finally:
+        judges.close()
+    assert r.verdict is Verdict.OK, r.detail
+    rv = r.evidence.reverified
+    assert rv["status"] in ("agreed", "disagreed") and rv["correctness_inputs"] == REVERIFY_CORRECTNESS_INPUTS, rv
+    kept_first = rv["status"] == "agreed" or rv["first_speedup"] <= rv["speedup"]
+    assert r.evidence.correctness_inputs == (n if kept_first else REVERIFY_CORRECTNESS_INPUTS)
+    assert stats["window"] == 1, stats  # the second measurement took the parked judge of the first

@@ -6,7 +6,8 @@ output structure, memory facts, the degenerate-output check), its FLOPs, its flo
 precision gate, the device's facts and the memory plan's meta pass. A judge that an owner keeps
 for a *window* (at most ``WindowSpec.max_candidates`` candidates, each request at most
 ``WindowSpec.idle_s`` after the previous result) makes that set-up once, for its first candidate,
-and keeps it for the next ones whose request has the same ``window_key``. What is never kept
+and keeps it for the next ones whose request has the same ``window_key`` (``request_key``: every
+setting but ``PER_CANDIDATE_SETTINGS``, which each evaluation reads from its own request). What is never kept
 from one candidate to the next:
 
 * the workers: after each candidate the judge kills and reaps both workers and everything they
@@ -106,10 +107,20 @@ class WindowState:
         return request_key(request) == self.key
 
 
+# Settings a task's set-up does not depend on: each candidate's own evaluation reads them from its
+# request (the correctness inputs: how many rounds it runs, how the precision gate picks its rounds
+# among them, each drawn from the candidate's own secret). So a re-measurement with fewer
+# correctness inputs (evalfarm.reverify.second_config) is served by the window's judge.
+PER_CANDIDATE_SETTINGS = ("num_correctness_inputs",)
+
+
 def request_key(request: dict[str, Any]) -> str:
-    """``window_key`` of a judge request (the owner's message to the judge); a correctness-only
-    request (evalfarm.other_sizes) never shares a set-up with a scored one."""
+    """``window_key`` of a judge request (the owner's message to the judge), without
+    ``PER_CANDIDATE_SETTINGS``; a correctness-only request (evalfarm.other_sizes) never shares a
+    set-up with a scored one."""
     config = request.get("config")
     config = dict(config) if isinstance(config, dict) else {}
+    for name in PER_CANDIDATE_SETTINGS:
+        config.pop(name, None)
     config["correctness_only"] = bool(request.get("correctness_only"))
     return window_key(str(request.get("task_source", "")), request.get("size_profiles") or {}, config)

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+from evalfarm import reverify
 from evalfarm.client.wire import config_from_pb, options_from_pb
 from evalfarm.config import ConfigError, ScoreConfig
 from evalfarm.tasks import (
@@ -157,6 +158,8 @@ def prepare(
         raise InvalidRequest(f"bad scoring options: {err}") from None
     except (TypeError, ValueError) as err:
         raise InvalidRequest(f"bad scoring options {options_from_pb(req.options)}: {err}") from None
+    if req.reverification:  # a re-measurement runs what evalfarm.reverify says it needs
+        config = reverify.second_config(config)
     return Prepared(
         task=task,
         candidate=candidate,
