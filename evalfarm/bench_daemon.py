@@ -326,14 +326,17 @@ def recheck_marks(reverified: Mapping[str, Any], other_sizes: Mapping[str, Any],
     (status: agreed, disagreed, failed or not_reverified); a ``reverify`` phase or a note in the
     detail marks one too. The other-size check (evalfarm.other_sizes) leaves
     ``evidence.other_sizes``; it ran (a second, correctness-only evaluation) where it has a
-    verdict, and ``phases_s["other_sizes"]`` holds its seconds."""
+    verdict, and ``phases_s["other_sizes"]`` holds its seconds; a re-verification's seconds are
+    ``evidence.reverified["seconds"]`` (the second measurement's evaluation)."""
     status = reverified.get("status")
     if not status and (any(k.startswith("reverify") for k in phases)
                        or "re-verification" in detail or "re-measurement" in detail):
         status = "unknown"
     ran = bool(other_sizes) and other_sizes.get("verdict") is not None
     seconds = phases.get("other_sizes", other_sizes.get("seconds") if ran else None)
+    rv_s = reverified.get("seconds") if status else None
     return {"reverified": status or None, "reverify_where": reverified.get("where") if status else None,
+            "reverify_s": float(rv_s) if isinstance(rv_s, int | float) else None,
             "other_sizes": other_sizes.get("status") if other_sizes else None, "other_sizes_ran": ran,
             "other_sizes_s": float(seconds) if ran and seconds is not None else None}
 
@@ -449,7 +452,9 @@ def recheck_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     os_ran = [r for r in rows if r.get("other_sizes_ran")]
     os_s = [r["other_sizes_s"] for r in os_ran if r.get("other_sizes_s") is not None]
     statuses = dict(Counter(r["reverified"] for r in rv))
+    rv_s = [r["reverify_s"] for r in rv if r.get("reverify_s") is not None]
     return {"reverified": len(rv), "reverified_status": statuses,
+            "reverify_s_total": round(sum(rv_s), 3) if rv_s else None, "reverify_s_median": _median(rv_s),
             "other_sizes": len(os_ran),
             "other_sizes_failed": sum(1 for r in os_ran if r.get("other_sizes") == "failed"),
             "other_sizes_s_total": round(sum(os_s), 3) if os_s else None,
@@ -594,7 +599,10 @@ def markdown(s: dict[str, Any]) -> str:
     rc = s.get("rechecks")
     if rc is not None:
         rv = ", ".join(f"{k} {v}" for k, v in sorted(rc["reverified_status"].items()))
-        lines += [f"Re-checks: {rc['reverified']} re-verified{f' ({rv})' if rv else ''}; "
+        rv_s = rc.get("reverify_s_total")
+        lines += [f"Re-checks: {rc['reverified']} re-verified{f' ({rv})' if rv else ''}"
+                  + (f" ({rv_s:.2f} s in all, median {rc['reverify_s_median']:.2f} s)" if rv_s is not None else "")
+                  + "; "
                   f"{rc['other_sizes']} checked at another size ({rc['other_sizes_failed']} failed"
                   + (f", {rc['other_sizes_s_total']:.2f} s in all, median {rc['other_sizes_s_median']:.2f} s"
                      if rc["other_sizes_s_total"] is not None else "") + ").", ""]

@@ -36,7 +36,8 @@ correctness on its own inputs (1000 by default); the second is there to measure 
 in fresh workers with a new secret, so its inputs are new too: its own correctness inputs are
 checked, and its timed rounds audited, as in any evaluation (a failure there is a candidate
 verdict, as above), but it does not pay for the whole correctness phase a second time.
-``evidence.reverified["correctness_inputs"]`` says how many it checked.
+``evidence.reverified["correctness_inputs"]`` says how many it checked, and ``seconds`` what it
+took (its evaluation's ``phases_s["total"]``, or the caller's own clock; None where neither is known).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def merge(
     s1 = raw_speedup(first)
     record: dict[str, Any] = {"first_speedup": s1, "speedup": None, "tolerance": AGREEMENT, "where": where,
                               "verdict": second.verdict.value,
-                              "correctness_inputs": second.evidence.correctness_inputs, **(info or {})}
+                              "correctness_inputs": second.evidence.correctness_inputs,
+                              "seconds": second.evidence.phases_s.get("total"), **(info or {})}
     at1 = f" on {first_label}" if first_label else ""
     at2 = f" on {second_label}" if second_label else ""
 

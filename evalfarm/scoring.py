@@ -247,10 +247,12 @@ class Evaluation:
             return first
         self._tell("reverify", speedup=first.speedup)
         self._judge_run_kind = "reverify"
+        t0 = time.monotonic()
         second = self._judge_run(arch, reverify.second_config(self.config))
         if self._cancelled:
             return second
-        return reverify.merge(first, second, where="fresh process, same device")
+        return reverify.merge(first, second, where="fresh process, same device",
+                              info={"seconds": round(time.monotonic() - t0, 4)})
 
     def _other_sizes(self, result: ScoreResult, arch: str) -> ScoreResult:
         """After an OK verdict, a correctness-only evaluation at one other size profile (evalfarm.other_sizes)."""

@@ -246,11 +246,12 @@ def test_slot_seconds_are_the_evaluation_less_its_build_and_gpu_lease_waits():
 
 def test_recheck_marks_come_from_the_evidence():
     none = bd.recheck_marks({}, {}, {"total": 1.0}, "")
-    assert none == {"reverified": None, "reverify_where": None, "other_sizes": None, "other_sizes_ran": False,
-                    "other_sizes_s": None}
-    rv = bd.recheck_marks({"status": "agreed", "where": "same daemon: no other daemon with this device model"},
-                          {}, {}, "")
-    assert rv["reverified"] == "agreed" and rv["reverify_where"].startswith("same daemon")
+    assert none == {"reverified": None, "reverify_where": None, "reverify_s": None, "other_sizes": None,
+                    "other_sizes_ran": False, "other_sizes_s": None}
+    rv = bd.recheck_marks({"status": "agreed", "where": "same daemon: no other daemon with this device model",
+                           "seconds": 2.5}, {}, {}, "")
+    assert rv["reverified"] == "agreed" and rv["reverify_where"].startswith("same daemon") and rv["reverify_s"] == 2.5
+    assert bd.recheck_marks({"status": "agreed", "seconds": None}, {}, {}, "")["reverify_s"] is None
     assert bd.recheck_marks({}, {}, {}, "x; re-verification disagreed: 4x on a, 3x on b")["reverified"] == "unknown"
     assert bd.recheck_marks({}, {}, {"reverify": 2.0}, "")["reverified"] == "unknown"
     ran = bd.recheck_marks({}, {"profile": "small", "status": "ok", "verdict": "OK", "seconds": 1.2},
@@ -300,8 +301,8 @@ def _rows() -> list[dict]:
     rows = [_row("fast", 2.0 + i, 1.0, speedup=2.0) for i in range(4)]  # slot 2..5, work 1
     rows += [_row("wrong", 1.0, 0.1, "INCORRECT"), _row("identical", 3.0, 2.0, speedup=1.0),
              _row("slow", 6.0, 4.0, speedup=0.5), _row("fast", None, None, "INFRA_ERROR")]
-    rows[0]["reverified"] = "agreed"
-    rows[1]["reverified"] = "disagreed"
+    rows[0].update(reverified="agreed", reverify_s=3.0)
+    rows[1].update(reverified="disagreed", reverify_s=1.0)
     rows[2].update(other_sizes="ok", other_sizes_ran=True, other_sizes_s=0.5)
     rows[3].update(other_sizes="failed", other_sizes_ran=True, other_sizes_s=1.5)
     rows[4].update(other_sizes="not_applicable", other_sizes_ran=False, other_sizes_s=None)
@@ -323,6 +324,7 @@ def test_throughput_figures_from_synthetic_rows():
 def test_rechecks_are_counted_with_their_seconds():
     rc = bd.recheck_counts(_rows())
     assert rc["reverified"] == 2 and rc["reverified_status"] == {"agreed": 1, "disagreed": 1}
+    assert rc["reverify_s_total"] == 4.0 and rc["reverify_s_median"] == 2.0
     assert rc["other_sizes"] == 2 and rc["other_sizes_failed"] == 1  # not_applicable ran no check
     assert rc["other_sizes_s_total"] == 2.0 and rc["other_sizes_s_median"] == 1.0
     assert bd.recheck_counts([_row("fast", 1.0, 0.5)])["other_sizes_s_total"] is None
@@ -381,7 +383,8 @@ def test_the_table_shows_the_target_figures():
     target = next(line for line in lines if line.startswith("Targets:"))
     assert "3.00 s against 1.3 x 1.00 + 0.5 = 1.80 s, NOT met" in target
     assert "GPU busy >= 70%: 70%, met" in target and "worst 0.99% over 1 row(s), NOT met" in target
-    assert ("Re-checks: 2 re-verified (agreed 1, disagreed 1); 2 checked at another size (1 failed, "
+    assert ("Re-checks: 2 re-verified (agreed 1, disagreed 1) (4.00 s in all, median 2.00 s); "
+            "2 checked at another size (1 failed, "
             "2.00 s in all, median 1.00 s).") in text
     assert "| fast | 5 | INFRA_ERROR 1, OK 4 | 3.50 | 1.000 | 2.50 | 2.00 |" in text
     assert "| slow | 1 | OK 1 | 6.00 | 4.000 | 2.00 | 0.50 |" in text

@@ -75,7 +75,7 @@ def test_merge_of_two_ok_measurements(s1: float, s2: float, status: str, kept_ra
     assert out.evidence.timing is not None and out.evidence.timing.raw_speedup == kept_raw
     rv = out.evidence.reverified
     assert rv == {"status": status, "agreed": status == "agreed", "first_speedup": s1, "speedup": s2,
-                  "tolerance": 0.10, "where": "w", "verdict": "OK", "correctness_inputs": 0,
+                  "tolerance": 0.10, "where": "w", "verdict": "OK", "correctness_inputs": 0, "seconds": None,
                   "host": "h2"}
     if status == "disagreed":
         assert "re-verification disagreed" in out.detail and "reporting the lower" in out.detail

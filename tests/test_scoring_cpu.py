@@ -278,6 +278,9 @@ def test_reverification_runs_a_second_judge_end_to_end(task, data_dir, build_poo
     rv = r.evidence.reverified
     assert rv["where"] == "fresh process, same device" and rv["speedup"] > 0
     assert isinstance(rv["agreed"], bool)
+    # The second measurement's own correctness inputs (at most reverify's share) and its seconds.
+    assert rv["correctness_inputs"] == min(QUICK.num_correctness_inputs, reverify.REVERIFY_CORRECTNESS_INPUTS)
+    assert rv["seconds"] > 0
 
 
 def test_killed_judge_gives_one_infra_error_and_leaves_no_worker(task, data_dir, build_pool):
