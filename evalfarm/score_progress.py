@@ -17,8 +17,10 @@ def extra_checks(task: Task, config: ScoreConfig, evaluated_profile: str) -> lis
     """The checks that may run after the verdict's own rounds, each with the flag that skips or sets it."""
     lines = []
     if config.reverify_above > 0:
-        lines.append(f"re-verification: an OK score above {config.reverify_above:g}x is measured again in a fresh "
-                     "judge and kept only if the two agree within 10% (--reverify-above 0 skips it)")
+        n = reverify.second_config(config).num_correctness_inputs
+        lines.append(f"re-verification: an OK score above {config.reverify_above:g}x is measured again with fresh "
+                     f"workers and new inputs ({n} correctness inputs, then timing) and kept only if the two agree "
+                     "within 10% (--reverify-above 0 skips it)")
     else:
         lines.append("re-verification: off (--reverify-above 0)")
     if config.other_sizes_wanted:
