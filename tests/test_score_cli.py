@@ -21,8 +21,9 @@ from evalfarm.config import ScoreConfig
 from evalfarm.engineer import batch, batch_resume
 from evalfarm.engineer.batch_resume import Identity
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence, describe
-from evalfarm.score_progress import PhasePrinter
+from evalfarm.score_progress import PhasePrinter, extra_checks
 from evalfarm.server.cli import DEFAULTS
+from evalfarm.tasks.format import parse_task
 from evalfarm.verdict import Verdict
 from tests.service.conftest import descendants, process_state
 
@@ -310,6 +311,9 @@ def test_the_other_phases_and_unstable_say_their_bound_and_what_to_do():
     printer = PhasePrinter(ScoreConfig(timing_budget_s=4.0, build_timeout_s=90.0))
     assert "at most 90 s" in printer.line("build", {})
     assert printer.line("reverify", {"speedup": 4.2}).startswith("re-verification: 4.2x is above 3x")
+    assert "(100 correctness inputs, then timing" in printer.line("reverify", {"speedup": 4.2})  # of the default 1000
+    assert "(100 correctness inputs, then timing)" in "\n".join(extra_checks(parse_task(
+        (DATA / "task_scale.py").read_text(), "t"), ScoreConfig(), "default"))
     assert "'small'" in printer.line("other_sizes", {"profile": "small"})
     assert printer.line("timing", {"run": "reverify"}) is None  # a re-check's inner phases are not repeated
     assert "at most 600 s, not charged" in printer.line("gpu_wait", {"holders": "pid 7"})
