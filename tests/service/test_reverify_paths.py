@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from evalfarm import reverify
 from evalfarm.client import FarmClient
 from evalfarm.config import ScoreConfig
 from evalfarm.result import Evidence, ScoreResult, TimingEvidence
@@ -52,9 +53,16 @@ CASES = {
 COMMON_KEYS = ("status", "agreed", "first_speedup", "speedup", "tolerance", "verdict")
 
 
-def _local(first: ScoreResult, second: ScoreResult) -> ScoreResult:
-    fake = SimpleNamespace(config=ScoreConfig(device="cpu"), _cancelled=False,
-                           _judge_run=lambda arch: copy.deepcopy(second), _tell=lambda *_a, **_k: None)
+def _local(first: ScoreResult, second: ScoreResult, configs: list[ScoreConfig] | None = None) -> ScoreResult:
+    """Evaluation._reverify with a stand-in judge run returning ``second``; the second run's options
+    go to ``configs``."""
+    def judge_run(arch: str, config: ScoreConfig | None = None) -> ScoreResult:
+        if configs is not None:
+            configs.append(config)
+        return copy.deepcopy(second)
+
+    fake = SimpleNamespace(config=ScoreConfig(device="cpu"), _cancelled=False, _judge_run=judge_run,
+                           _tell=lambda *_a, **_k: None)
     return Evaluation._reverify(fake, copy.deepcopy(first), "cpu")
 
 
@@ -67,12 +75,18 @@ def _summary(r: ScoreResult) -> dict[str, Any]:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_client_and_local_paths_agree(daemon_factory, case: str) -> None:
     first, second = CASES[case]
-    local = _local(first, second)
+    local_configs: list[ScoreConfig] = []
+    local = _local(first, second, local_configs)
     backend = ScriptedBackend([first, second])
     d = daemon_factory(backend=backend)
     with FarmClient([d.target], poll_interval_s=0.2, max_attempts=1) as farm:
         remote = farm.score("L1/1", fake_source(salt=case), deadline_s=20).result
     assert backend.started == 2
+    # Both paths run the second measurement with the options evalfarm.reverify gives it.
+    (local_second,) = local_configs
+    remote_first, remote_second = (ev.config for ev in backend.evaluations)
+    assert local_second.num_correctness_inputs == remote_second.num_correctness_inputs \
+        == min(remote_first.num_correctness_inputs, reverify.REVERIFY_CORRECTNESS_INPUTS)
     assert _summary(remote) == _summary(local)
     assert remote.evidence.reverified["status"] == local.evidence.reverified["status"]
     assert ("not re-verified" in remote.detail) is ("not re-verified" in local.detail)
