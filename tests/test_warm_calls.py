@@ -3,6 +3,7 @@ once, untimed, on the first inputs they were given, before the call's inputs are
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -112,7 +113,9 @@ def test_a_warm_call_that_hangs_is_ended_at_the_per_call_bound(task, build_pool)
     start = time.monotonic()
     r = _score(task, as_candidate(hangs), build_pool, warm_call=True, min_call_timeout_s=0.5, first_call_timeout_s=0.5)
     assert r.verdict is Verdict.TIMEOUT, (r.verdict, r.detail)
-    assert "untimed warm call before round 1" in r.detail, r.detail
+    # The first round that follows a warm call is round 1 on an idle host; a loaded host can push the
+    # reference's running estimate over the warm-call limit for a while, so a later round is the first.
+    assert re.search(r"untimed warm call before round \d+ within", r.detail), r.detail
     assert time.monotonic() - start < 25  # the call's bound (0.5 s + slack + allowance), not the 60 s one
 
 
