@@ -464,11 +464,15 @@ def recheck_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def window_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Task windows (``evidence.task_window``: a judge that served several candidates of a task):
     how many results came from one, how many had their task's set-up from an earlier candidate,
-    and the set-up seconds that spared."""
+    and the set-up seconds that spared; and the correctness rounds whose reference call a kept output
+    spared (evalfarm.judge.reference_memo), with the reason where no window kept any."""
     mine = [r["task_window"] for r in rows if r.get("task_window")]
     shared = [w for w in mine if w.get("shared_setup")]
+    memos = [w.get("reference_memo") or {} for w in mine]
     return {"in_window": len(mine), "shared_setup": len(shared),
-            "setup_spared_s": round(sum(float(w.get("setup_spared_s") or 0) for w in shared), 2)}
+            "setup_spared_s": round(sum(float(w.get("setup_spared_s") or 0) for w in shared), 2),
+            "reference_rounds_reused": sum(int(m.get("rounds_reused") or 0) for m in memos),
+            "reference_memo_off": sorted({str(m["off"]) for m in memos if m.get("off")})}
 
 
 def kind_figures(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -610,7 +614,10 @@ def markdown(s: dict[str, Any]) -> str:
     if tw and tw["in_window"]:
         lines += [f"Task windows: {tw['in_window']} of {s['candidates']} candidates scored by a judge serving its "
                   f"task's window, {tw['shared_setup']} with the task's set-up from an earlier candidate "
-                  f"({tw['setup_spared_s']:.2f} s of set-up spared in all).", ""]
+                  f"({tw['setup_spared_s']:.2f} s of set-up spared in all); "
+                  f"{tw.get('reference_rounds_reused', 0)} correctness rounds checked against kept reference outputs"
+                  + (f" (none kept: {'; '.join(tw['reference_memo_off'])})" if tw.get("reference_memo_off")
+                     and not tw.get("reference_rounds_reused") else "") + ".", ""]
     if s.get("by_kind"):
         lines += ["| kind | candidates | verdicts | slot s median | work s median | overhead s median | speedup median |",
                   "|---|---|---|---|---|---|---|"]

@@ -127,7 +127,10 @@ class Evidence:
     roofline: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Where the judge served several candidates of this task (evalfarm.judge.task_window): {"index"
     # (this candidate's place, 1-based), "max_candidates", "shared_setup" (the task's set-up was an
-    # earlier candidate's), "setup_spared_s"}. Empty for a judge of one evaluation.
+    # earlier candidate's), "setup_spared_s", "reference_memo": {"rounds_reused" (correctness rounds
+    # checked against reference outputs an earlier candidate's evaluation kept), "rounds_kept",
+    # "kept_mib", "budget_mib"} or {"off": why none are kept} (evalfarm.judge.reference_memo)}.
+    # Empty for a judge of one evaluation.
     task_window: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

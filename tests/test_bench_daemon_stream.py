@@ -332,13 +332,22 @@ def test_rechecks_are_counted_with_their_seconds():
 
 def test_task_windows_are_counted_from_the_evidence():
     rows = _rows()
-    rows[0]["task_window"] = {"index": 1, "max_candidates": 16, "shared_setup": False, "setup_spared_s": 0.0}
-    rows[1]["task_window"] = {"index": 2, "max_candidates": 16, "shared_setup": True, "setup_spared_s": 1.25}
-    rows[2]["task_window"] = {"index": 3, "max_candidates": 16, "shared_setup": True, "setup_spared_s": 0.5}
-    assert bd.window_counts(rows) == {"in_window": 3, "shared_setup": 2, "setup_spared_s": 1.75}
+    rows[0]["task_window"] = {"index": 1, "max_candidates": 16, "shared_setup": False, "setup_spared_s": 0.0,
+                              "reference_memo": {"rounds_reused": 0, "rounds_kept": 995}}
+    rows[1]["task_window"] = {"index": 2, "max_candidates": 16, "shared_setup": True, "setup_spared_s": 1.25,
+                              "reference_memo": {"rounds_reused": 995, "rounds_kept": 995}}
+    rows[2]["task_window"] = {"index": 3, "max_candidates": 16, "shared_setup": True, "setup_spared_s": 0.5,
+                              "reference_memo": {"rounds_reused": 12, "rounds_kept": 995}}
+    assert bd.window_counts(rows) == {"in_window": 3, "shared_setup": 2, "setup_spared_s": 1.75,
+                                      "reference_rounds_reused": 1007, "reference_memo_off": []}
     text = bd.markdown(bd.summarise(rows, 60.0, _sampler(1), [], "cpu"))
     assert ("Task windows: 3 of 8 candidates scored by a judge serving its task's window, 2 with the task's "
-            "set-up from an earlier candidate (1.75 s of set-up spared in all).") in text
+            "set-up from an earlier candidate (1.75 s of set-up spared in all); 1007 correctness rounds "
+            "checked against kept reference outputs.") in text
+    for w in rows[0]["task_window"], rows[1]["task_window"], rows[2]["task_window"]:
+        w["reference_memo"] = {"off": "the workers are not in bubblewrap"}
+    assert "(none kept: the workers are not in bubblewrap)." in bd.markdown(
+        bd.summarise(rows, 60.0, _sampler(1), [], "cpu"))
     assert "Task windows" not in bd.markdown(bd.summarise(_rows(), 60.0, _sampler(1), [], "cpu"))
 
 

@@ -82,7 +82,10 @@ class RoundAudit:
 
     def outputs(self, plan: RoundPlan, role: str) -> Any:
         """``role``'s outputs of the round, as its worker laid them out (HACK_DETECTED where the
-        reported layout does not fit its slots)."""
+        reported layout does not fit its slots). The reference's of a round it did not run: the
+        copy the task window kept (``RoundPlan.kept_reference``, evalfarm.judge.reference_memo)."""
+        if role == REFERENCE and plan.kept_reference is not None:
+            return plan.kept_reference
         arena = self.arenas[role, "out"]
         slots = plan.calls[role].out_slots
         layouts = plan.times[role].get("strides")

@@ -27,6 +27,7 @@ from evalfarm.verdict import Verdict
 
 if TYPE_CHECKING:
     from evalfarm.judge.exchange import Link
+    from evalfarm.judge.reference_memo import MemoRounds
 
 # Correctness blocks only where a batch holds at least this many rounds (tasks whose inputs and
 # outputs are small). A block saves all but one of its exchanges per worker, but its rounds give
@@ -91,7 +92,8 @@ class BlockLog:
 
 
 def run_block(link: Link, bounds: Bounds, cfg: ScoreConfig, plans: list[RoundPlan], block_log: BlockLog,
-              fail: CallFailure, before_candidate: Callable[[], None] | None = None) -> None:
+              fail: CallFailure, before_candidate: Callable[[], None] | None = None,
+              memo: MemoRounds | None = None) -> None:
     """A batch of correctness rounds as one block per worker (``ScoreConfig.correctness_block``).
 
     Each worker runs all of the batch's calls in one exchange (``run_block_calls``), the two
@@ -119,25 +121,38 @@ def run_block(link: Link, bounds: Bounds, cfg: ScoreConfig, plans: list[RoundPla
     (a hung call ends the block at its own bound).
 
     ``before_candidate``: the reference's block runs first, and this is called between the two
-    (the previous batch's audits finished there: evalfarm.judge.audit_overlap)."""
+    (the previous batch's audits finished there: evalfarm.judge.audit_overlap).
+
+    ``memo``: a task window's kept reference outputs (evalfarm.judge.reference_memo). The reference
+    worker then runs only the rounds it holds no copy of (none: no reference block at all), and
+    copies of what it ran are kept for the window's later candidates."""
     first = REFERENCE if before_candidate is not None else plans[0].first
+    ran = plans if memo is None else memo.split(plans)  # the rounds the reference worker runs
+    ran_ids = {id(plan) for plan in ran}
     for plan in plans:
-        plan.first = first  # whose block ran first (what a saved structure failure looks at)
+        # whose block ran first (what a saved structure failure looks at)
+        plan.first = first if id(plan) in ran_ids else CANDIDATE
     results: dict[str, list[dict[str, Any]]] = {}
     call_ns: dict[str, int] = {}
     leftover_ns: dict[str, int] = {}
     for role in ((REFERENCE, CANDIDATE) if first == REFERENCE else (CANDIDATE, REFERENCE)):
         if role == CANDIDATE and before_candidate is not None:
             before_candidate()
+        todo = plans if role == CANDIDATE else ran
+        if not todo:
+            continue
         t_step = time.monotonic()
-        results[role], go_ns = run_block_calls(link, role, plans, bounds.wait_bound(role), fail)
+        results[role], go_ns = run_block_calls(link, role, todo, bounds.wait_bound(role), fail)
         link.phases["rounds_exchange"] += time.monotonic() - t_step
         call_ns[role] = sum(res["t"] for res in results[role])
         leftover_ns[role] = go_ns - call_ns[role]
         link.phases["rounds_calls"] += call_ns[role] / 1e9
-    block_log.add(first, len(plans), call_ns, leftover_ns)
+    if len(ran) == len(plans):  # a block the reference ran only in part says nothing of the ratio
+        block_log.add(first, len(plans), call_ns, leftover_ns)
+    for k, plan in enumerate(ran):
+        plan.times[REFERENCE] = results[REFERENCE][k]
     for k, plan in enumerate(plans):  # in round order, as lone calls are checked
-        plan.times = {role: results[role][k] for role in (REFERENCE, CANDIDATE)}
+        plan.times[CANDIDATE] = results[CANDIDATE][k]
         t_cand = plan.times[CANDIDATE]["t"]
         if t_cand / 1e9 > bounds.call_limit_s():
             raise Verdicted(Verdict.TIMEOUT, (
@@ -145,6 +160,8 @@ def run_block(link: Link, bounds: Bounds, cfg: ScoreConfig, plans: list[RoundPla
                 f"per-call bound of {bounds.call_limit_s():.3g} s ({cfg.timeout_factor:g}x the reference's "
                 f"{bounds.t_ref_est * 1e3:.3f} ms, at least {cfg.min_call_timeout_s:g} s)"))
         bounds.note_reference_call(plan.times[REFERENCE]["t"])
+    if memo is not None and ran:
+        memo.keep(ran)
 
 
 def run_block_calls(link: Link, role: str, plans: list[RoundPlan], per_call: float,

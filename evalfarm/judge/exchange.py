@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from evalfarm.judge import framing
+from evalfarm.judge import framing, reference_memo
 from evalfarm.judge.arena import Arena
 from evalfarm.judge.audit_overlap import AUDIT_OVERLAP_ENV, audit_overlap_wanted
 from evalfarm.judge.blame import Verdicted, blame_busy_gpu, receive_failure, worker_error_verdict
@@ -67,6 +67,8 @@ PREPARE_AHEAD_ENV = "EVALFARM_PREPARE_AHEAD"
 #   audits run while the reference worker runs the next block;
 # * ARENA_BUDGET_ENV (MiB, a positive integer; unset: evalfarm.judge.setup.arena_budget's default):
 #   the device memory of an evaluation's input/output arenas, so how many rounds a batch holds.
+# * REFERENCE_MEMO_ENV (evalfarm.judge.reference_memo; MiB, unset: its default, "0" off): a task
+#   window's reference outputs of the correctness blocks, kept for its later candidates.
 GO_FIRST_ENV = "EVALFARM_GO_FIRST"
 JUDGE_SPIN_ENV = "EVALFARM_JUDGE_SPIN_US"
 ROUND_WRITE_ENV = "EVALFARM_ROUND_WRITE"
@@ -120,11 +122,12 @@ class Switches:
     arena_budget_bytes: int = 0  # ARENA_BUDGET_ENV; 0: evalfarm.judge.setup.arena_budget's default
     draw_ahead: bool = False  # evalfarm.judge.draw_ahead
     audit_overlap: bool = False  # evalfarm.judge.audit_overlap
+    reference_memo_bytes: int = 0  # evalfarm.judge.reference_memo's budget; 0: off
 
     @classmethod
     def from_env(cls, device_type: str) -> Switches:
-        """From ``os.environ``; a bad JUDGE_SPIN_ENV, PLACE_CALLS_ENV, ARENA_BUDGET_ENV, DRAW_AHEAD_ENV or
-        AUDIT_OVERLAP_ENV raises ValueError."""
+        """From ``os.environ``; a bad JUDGE_SPIN_ENV, PLACE_CALLS_ENV, ARENA_BUDGET_ENV, DRAW_AHEAD_ENV,
+        AUDIT_OVERLAP_ENV or REFERENCE_MEMO_ENV raises ValueError."""
         prepare_ahead = os.environ.get(PREPARE_AHEAD_ENV, "1") != "0"
         return cls(prepare_ahead=prepare_ahead,
                    go_first=os.environ.get(GO_FIRST_ENV, "1") != "0",
@@ -134,7 +137,8 @@ class Switches:
                    place_calls=place_calls_wanted(os.environ.get(PLACE_CALLS_ENV, ""), device_type),
                    arena_budget_bytes=arena_budget_bytes(os.environ.get(ARENA_BUDGET_ENV, "")),
                    draw_ahead=draw_ahead_wanted(os.environ.get(DRAW_AHEAD_ENV, ""), device_type),
-                   audit_overlap=audit_overlap_wanted(os.environ.get(AUDIT_OVERLAP_ENV, ""), device_type))
+                   audit_overlap=audit_overlap_wanted(os.environ.get(AUDIT_OVERLAP_ENV, ""), device_type),
+                   reference_memo_bytes=reference_memo.budget_bytes(os.environ.get(reference_memo.REFERENCE_MEMO_ENV, "")))
 
 
 def raise_worker_error(msg: dict[str, Any], worker: WorkerHandle) -> None:

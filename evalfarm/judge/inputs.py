@@ -8,6 +8,10 @@ copies; a task whose get_inputs cannot run that way falls back to host generatio
 Some correctness rounds may be *widened* (``widen``, evalfarm.judge.precision): their draw of
 the task's own inputs then gets random signs on the inputs the precision gate chose, from a seed
 of their own, so the same round always draws the same widened inputs.
+
+Some rounds may be *shared* (``share``, evalfarm.judge.reference_memo): their inputs (and their
+widening's signs) are drawn under a task window's secret instead of this source's own, so every
+candidate of the window gets the same inputs in those rounds.
 """
 
 from __future__ import annotations
@@ -34,6 +38,18 @@ class InputSource:
         self._draw_generators: list[torch.Generator] | None = None
         self.widen_spec = precision.WidenSpec()
         self.widened_rounds: frozenset[int] = frozenset()
+        self._shared_secret: bytes | None = None
+        self.shared_rounds: range = range(0)
+
+    def share(self, secret: bytes, rounds: range) -> None:
+        """From now on, the inputs of ``rounds`` (and their widening) are drawn under ``secret``,
+        a task window's (evalfarm.judge.reference_memo); every other draw keeps this source's own."""
+        self._shared_secret = secret
+        self.shared_rounds = rounds
+
+    def widening(self, index: int) -> str:
+        """What round ``index``'s inputs are widened by ("" where they are the task's own)."""
+        return repr(self.widen_spec) if index in self.widened_rounds else ""
 
     def fresh(self) -> InputSource:
         """A source over the same task module with a new secret: inputs nobody has drawn yet
@@ -41,7 +57,10 @@ class InputSource:
         return InputSource(self.module, str(self.device))
 
     def seed_for(self, purpose: str, index: int) -> int:
-        h = hashlib.blake2b(f"{purpose}:{index}".encode(), key=self._secret, digest_size=8)
+        shared = self._shared_secret is not None and purpose in ("inputs", "widen") and index in self.shared_rounds
+        key = self._shared_secret if shared else self._secret
+        assert key is not None
+        h = hashlib.blake2b(f"{purpose}:{index}".encode(), key=key, digest_size=8)
         return int.from_bytes(h.digest(), "little") & ((1 << 63) - 1)
 
     def _generators(self) -> list[torch.Generator]:

@@ -64,6 +64,7 @@ from evalfarm.judge.exchange import Link, Switches, raise_worker_error
 from evalfarm.judge.lone_calls import run_lone_round, warm_call_wanted
 from evalfarm.judge.placement import INPUT_SLACK_BYTES
 from evalfarm.judge.quiet import QuietProbe
+from evalfarm.judge.reference_memo import REFERENCE_MEMO_ENV, MemoRounds, ReferenceMemo
 from evalfarm.judge.roles import CANDIDATE, PROFILE_DIR, REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
 from evalfarm.judge.rounds import RoundPlan, RoundPlanner
@@ -179,6 +180,8 @@ class Judge:
         self.window = window
         self.shared = shared
         self.task_setup: TaskSetup | None = None
+        # The window's kept reference outputs as this evaluation uses them (evalfarm.judge.reference_memo).
+        self.memo_rounds: MemoRounds | None = None
         # spare(): pids of this process's children to keep at teardown (the window's next workers,
         # started during this evaluation: evalfarm.judge.serve.WindowHold); None: keep none.
         self._spare = spare
@@ -231,6 +234,25 @@ class Judge:
             self.trace.write()
         return result
 
+    def _memo_off_reason(self) -> str:
+        """Why this evaluation keeps no reference outputs for its window ("" where it does)."""
+        if self.window is None:
+            return "no task window"
+        if not self.switches.reference_memo_bytes:
+            return f"turned off by the owner ({REFERENCE_MEMO_ENV}=0)"
+        if not self.config.correctness_block:
+            return "no correctness blocks (correctness_block is off)"
+        if not all(w.bubblewrapped for w in (self.link.ref, self.link.cand)):
+            return ("the workers are not in bubblewrap, where files may cross from one candidate to the "
+                    "next: every candidate draws correctness inputs of its own")
+        return ""
+
+    def _new_memo(self) -> ReferenceMemo | None:
+        """The window's memo of reference outputs, where it may have one (evalfarm.judge.reference_memo)."""
+        if self._memo_off_reason():
+            return None
+        return ReferenceMemo(self.device, self.switches.reference_memo_bytes)
+
     def _phase(self, name: str) -> None:
         """Tell the owner a phase starts (progress for a person watching; never used for the score)."""
         if self._notify is not None:
@@ -257,6 +279,9 @@ class Judge:
             profile = self.task.resolve_profile(cfg.size_profile, self.device.type)
             ref, ref_model = set_up_reference(self.task, profile, self.device, self.task_facts, self.evidence,
                                               mark, self.correctness_only)
+            memo = self._new_memo()
+            if memo is not None:  # before the precision gate draws its rounds' inputs
+                ref.source.share(memo.secret, correctness_block_rounds(cfg))
             self.precision_gate, self.roofline_counts, self.evidence.precision = set_up_precision(
                 ref_model, ref.source, ref.out_struct, self.device, cfg, self.rng, mark,
                 self.correctness_only)  # converts ref_model to float64
@@ -269,6 +294,9 @@ class Judge:
             # kept, the inputs' secret and everything drawn from it are new.
             profile = shared.profile
             ref = dataclasses.replace(shared.reference, source=shared.reference.source.fresh())
+            memo = shared.memo
+            if memo is not None:
+                ref.source.share(memo.secret, correctness_block_rounds(cfg))
             self.roofline_counts = shared.counts
             self.precision_gate, self.evidence.precision = refresh_precision(
                 shared, ref.source, self.device, cfg, self.rng, mark, self.correctness_only)
@@ -303,7 +331,7 @@ class Judge:
             if shared is None:
                 assert self.roofline_counts is not None
                 self.task_setup = TaskSetup(self.window.key, profile, ref, model64, self.roofline_counts,
-                                            self.floor, flush_bytes, self.phases["judge_setup"])
+                                            self.floor, flush_bytes, self.phases["judge_setup"], memo)
             else:
                 self.task_setup = shared
                 self.evidence.task_window["setup_spared_s"] = round(shared.setup_s, 4)
@@ -371,7 +399,16 @@ class Judge:
         self.planner.pipelined = (self.switches.audit_overlap and bool(self.block_rounds)
                                   and memory.rounds_per_batch // 2 >= min_block_rounds(self.timed))
         self.audit = RoundAudit(memory.arenas, ref.tuple_out, cfg.tolerance, ref.mutates_inputs)
-        result = self._measure()
+        if memo is not None:
+            self.memo_rounds = MemoRounds(memo, ref.source, functools.partial(self.audit.outputs, role=REFERENCE),
+                                          ref.tuple_out)
+        try:
+            result = self._measure()
+        finally:
+            if self.evidence.task_window:
+                self.evidence.task_window["reference_memo"] = (
+                    memo.evidence(self.memo_rounds.reused if self.memo_rounds is not None else 0)
+                    if memo is not None else {"off": self._memo_off_reason()})
         if result.ok and not self.correctness_only and self.evidence.timing is not None:
             self.evidence.roofline = self._roofline(self.evidence.timing)
         if self.diagnostics.profile_dir and not self.correctness_only:
@@ -481,7 +518,9 @@ class Judge:
         inputs and, when the reference already ran in this round, its output; the candidate's output
         never reached the judge (the worker refused it), so that file holds an empty list."""
         ref_out: list[Any] = []
-        if plan.first == REFERENCE and plan.calls[REFERENCE].out_slots:
+        if plan.kept_reference is not None:
+            ref_out = flatten_output(plan.kept_reference)
+        elif plan.first == REFERENCE and plan.calls[REFERENCE].out_slots:
             arena = self.rounds_memory.arenas[REFERENCE, "out"]
             ref_out = [arena.view(s) for s in plan.calls[REFERENCE].out_slots]
         self._save_failing(plan, f"structure: {detail}" + ("" if ref_out else " (the reference had not run yet in "
@@ -537,7 +576,8 @@ class Judge:
                 earlier, looking = looking, None
                 try:
                     run_block(self.link, self.bounds, cfg, plans, self.block_log, fail,
-                              None if earlier is None else functools.partial(self._finish_look, earlier, counts, samples))
+                              None if earlier is None else functools.partial(self._finish_look, earlier, counts, samples),
+                              self.memo_rounds)
                 except BaseException:
                     if earlier is not None and not earlier.done:
                         self._finish_look(earlier, counts, samples)  # an earlier round's verdict comes first

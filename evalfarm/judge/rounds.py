@@ -49,6 +49,9 @@ class RoundPlan:
     times: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     warm_call: bool = False  # both workers call their model once, untimed, on earlier inputs first
     block_call: int | None = None  # its place in a timed block (evalfarm.judge.timed_blocks); None: not in one
+    # The reference's outputs of this round kept from an earlier candidate of the task window
+    # (evalfarm.judge.reference_memo), as RoundAudit.outputs reads them; None: the reference runs it.
+    kept_reference: Any = None
 
 
 @dataclasses.dataclass

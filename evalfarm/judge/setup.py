@@ -37,6 +37,7 @@ from evalfarm.judge.correctness import min_block_rounds
 from evalfarm.judge.floor import FloorFacts
 from evalfarm.judge.inputs import InputSource
 from evalfarm.judge.memory_plan import MemoryGate, TaskTooLarge, out_of_memory_reason
+from evalfarm.judge.reference_memo import ReferenceMemo
 from evalfarm.judge.roles import CANDIDATE, EXT_DIR, REFERENCE
 from evalfarm.judge.staging import JudgeStaging, StagingLayout
 from evalfarm.judge.task_facts import valid_footprint
@@ -254,6 +255,9 @@ class TaskSetup:
     floor: FloorFacts
     flush_bytes: int
     setup_s: float  # what the first candidate's set-up took: what each later one is spared
+    # The window's shared correctness secret and kept reference outputs (None: every candidate
+    # draws its own inputs and the reference runs every round): evalfarm.judge.reference_memo.
+    memo: ReferenceMemo | None = None
 
 
 def refresh_precision(setup: TaskSetup, source: InputSource, device: torch.device, cfg: ScoreConfig, rng: Any,

@@ -1,6 +1,7 @@
 """Task windows (evalfarm.judge.task_window): nothing of one candidate helps the next candidate of
 the same task in the same judge. Part 1 leaves (input hash, output) pairs everywhere it can write,
-part 2 looks for them: it must not be paid, in the strong sandbox (nothing crosses) and in the
+part 2 looks for them: it must not be paid, in the strong sandbox (nothing crosses, and the correctness
+blocks' inputs are the window's, the same for both: evalfarm.judge.reference_memo) and in the
 built-in one (files in the host's /tmp cross, but every candidate draws inputs of its own)."""
 
 from __future__ import annotations
@@ -63,7 +64,13 @@ def test_pairs_left_by_a_candidate_do_not_pay_the_next_one_of_its_window(device,
     assert "found a stored output" not in finder.detail, finder.detail
     seen = re.search(r"window pairs seen: (\d+), matching these inputs: 0", finder.detail)
     assert seen is not None, finder.detail
+    memo = finder.evidence.task_window["reference_memo"]
+    if sandbox == "auto" and "off" not in memo:
+        # The strong sandbox: the correctness blocks' inputs were the leaver's own (the window's
+        # secret, evalfarm.judge.reference_memo), so its pairs would have matched had any crossed.
+        assert memo["rounds_reused"] > 0, memo
     if sandbox == "builtin":
+        assert "not in bubblewrap" in memo["off"], memo
         # The host's /tmp crosses from one worker to the next in the built-in sandbox: the pairs
         # were there to be found, and only the fresh inputs made them useless.
         assert int(seen.group(1)) > 0, finder.detail
