@@ -224,3 +224,13 @@ def test_the_block_log_summarises_per_worker_and_by_order():
     assert s["call_us_reference"] == 2.0 and s["call_us_candidate"] == 1.0
     assert s["leftover_us_reference"] == 10.0 and s["leftover_us_candidate"] == 11.0
     assert s["ref_over_cand_reference_first"] == 2.0 and s["ref_over_cand_candidate_first"] == 1.0
+
+
+def test_a_block_whose_reference_rounds_were_kept_gives_the_candidate_s_figures_only():
+    log = BlockLog()
+    log.add("candidate", 4, {"candidate": 4000}, {"candidate": 40_000})
+    log.add("candidate", 4, {"candidate": 8000}, {"candidate": 40_000})
+    s = log.summary()
+    assert s["count"] == 2 and s["call_us_candidate"] == 1.5 and s["leftover_us_candidate"] == 10.0
+    assert s["call_us_reference"] is None and s["leftover_us_reference"] is None
+    assert s["ref_over_cand_candidate_first"] is None and s["blocks_candidate_first"] == 0

@@ -65,7 +65,10 @@ class BlockLog:
     and never used for the score: the mean call and the mean leftover per round (the judge's go to
     reply beyond the calls) of both workers' blocks, and their ratio split by which worker's block
     ran first. For an identical copy both should match; a ratio that depends on the order shows
-    the second block of a batch running under other conditions than the first."""
+    the second block of a batch running under other conditions than the first. A block whose
+    reference rounds were all kept from an earlier candidate (evalfarm.judge.reference_memo) has the
+    candidate's figures only; one the reference ran in part counts for neither side's reference
+    figures nor the ratio."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, int, dict[str, int], dict[str, int]]] = []
@@ -83,9 +86,10 @@ class BlockLog:
 
         out: dict[str, Any] = {"count": len(self.rows)}
         for role in (REFERENCE, CANDIDATE):
-            out[f"call_us_{role}"] = med([c[role] / n / 1e3 for _, n, c, _ in self.rows])
-            out[f"leftover_us_{role}"] = med([lo[role] / n / 1e3 for _, n, _, lo in self.rows])
-            ratios = [c[REFERENCE] / c[CANDIDATE] for first, _, c, _ in self.rows if first == role and c[CANDIDATE] > 0]
+            out[f"call_us_{role}"] = med([c[role] / n / 1e3 for _, n, c, _ in self.rows if role in c])
+            out[f"leftover_us_{role}"] = med([lo[role] / n / 1e3 for _, n, _, lo in self.rows if role in lo])
+            ratios = [c[REFERENCE] / c[CANDIDATE] for first, _, c, _ in self.rows
+                      if first == role and REFERENCE in c and c[CANDIDATE] > 0]
             out[f"ref_over_cand_{role}_first"] = med(ratios)
             out[f"blocks_{role}_first"] = len(ratios)
         return out
@@ -147,8 +151,10 @@ def run_block(link: Link, bounds: Bounds, cfg: ScoreConfig, plans: list[RoundPla
         call_ns[role] = sum(res["t"] for res in results[role])
         leftover_ns[role] = go_ns - call_ns[role]
         link.phases["rounds_calls"] += call_ns[role] / 1e9
-    if len(ran) == len(plans):  # a block the reference ran only in part says nothing of the ratio
+    if len(ran) == len(plans):
         block_log.add(first, len(plans), call_ns, leftover_ns)
+    elif not ran:  # the reference's rounds were all kept: the candidate's figures alone
+        block_log.add(CANDIDATE, len(plans), call_ns, leftover_ns)
     for k, plan in enumerate(ran):
         plan.times[REFERENCE] = results[REFERENCE][k]
     for k, plan in enumerate(plans):  # in round order, as lone calls are checked
