@@ -20,6 +20,7 @@ from evalfarm.judge.reference_memo import (
     ReferenceMemo,
     budget_bytes,
 )
+from evalfarm.judge.setup import same_outputs
 from evalfarm.judge.standby import WarmJudges
 from evalfarm.judge.task_window import WindowSpec
 from evalfarm.scoring import as_candidate, as_task, score
@@ -76,6 +77,15 @@ def test_shared_rounds_draw_the_window_s_inputs_and_no_other_round_does():
     assert not torch.equal(a.inputs(3)[0], b.inputs(3)[0])  # widened: kept under another key
     b.widen(spec, [3])
     assert a.widening(3) == b.widening(3) and torch.equal(a.inputs(3)[0], b.inputs(3)[0])
+
+
+def test_repeatable_outputs_are_the_same_bit_for_bit():
+    x = torch.arange(6, dtype=torch.float32)
+    assert same_outputs(x, x.clone()) and same_outputs((x, x + 1), [x.clone(), x + 1])
+    assert not same_outputs(x, x + 1e-6)
+    assert not same_outputs(x, x.double()) and not same_outputs((x,), (x, x))
+    nan = torch.tensor([float("nan")])
+    assert not same_outputs(nan, nan.clone())
 
 
 def _window(task, sources, config, build_pool):
@@ -149,3 +159,40 @@ def test_on_a_gpu_outputs_beyond_the_device_budget_go_to_page_locked_host_memory
     back = memo.outputs_on_device(on_host)[0]
     assert back.is_cuda and torch.equal(back, out * 2)
     assert not memo.keep(3, "", [out], {"t": 5})  # both budgets full
+
+
+# Its output depends on how often it was called: the two set-up calls differ, so no window keeps it.
+COUNTING_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * 2.0 + min(self.calls, 1000)
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@needs_strong_sandbox
+def test_a_reference_that_is_not_repeatable_is_run_for_every_candidate(build_pool, monkeypatch, tmp_path):
+    monkeypatch.setenv("EVALFARM_SANDBOX", "auto")
+    task_file, cand_file = tmp_path / "counting.py", tmp_path / "counting_copy.py"
+    task_file.write_text(COUNTING_TASK)
+    cand_file.write_text(COUNTING_TASK.replace("class Model(", "class ModelNew("))
+    results = _window(as_task(str(task_file)), [cand_file] * 2, QUICK, build_pool)
+    for r in results:
+        assert r.verdict is Verdict.OK, r.detail  # its own reference beside it, call for call
+        assert "different outputs" in r.evidence.task_window["reference_memo"]["off"], r.evidence.task_window

@@ -71,6 +71,7 @@ from evalfarm.judge.rounds import RoundPlan, RoundPlanner
 from evalfarm.judge.samples import RoundCounts, Samples
 from evalfarm.judge.setup import (
     Candidate,
+    Reference,
     SetupClock,
     TaskSetup,
     allocate_arenas,
@@ -234,7 +235,7 @@ class Judge:
             self.trace.write()
         return result
 
-    def _memo_off_reason(self) -> str:
+    def _memo_off_reason(self, ref: Reference) -> str:
         """Why this evaluation keeps no reference outputs for its window ("" where it does)."""
         if self.window is None:
             return "no task window"
@@ -245,11 +246,14 @@ class Judge:
         if not all(w.bubblewrapped for w in (self.link.ref, self.link.cand)):
             return ("the workers are not in bubblewrap, where files may cross from one candidate to the "
                     "next: every candidate draws correctness inputs of its own")
+        if not ref.repeatable:
+            return ("the reference's two set-up calls on the same inputs gave different outputs: its outputs "
+                    "are computed for every candidate")
         return ""
 
-    def _new_memo(self) -> ReferenceMemo | None:
+    def _new_memo(self, ref: Reference) -> ReferenceMemo | None:
         """The window's memo of reference outputs, where it may have one (evalfarm.judge.reference_memo)."""
-        if self._memo_off_reason():
+        if self._memo_off_reason(ref):
             return None
         return ReferenceMemo(self.device, self.switches.reference_memo_bytes)
 
@@ -279,7 +283,7 @@ class Judge:
             profile = self.task.resolve_profile(cfg.size_profile, self.device.type)
             ref, ref_model = set_up_reference(self.task, profile, self.device, self.task_facts, self.evidence,
                                               mark, self.correctness_only)
-            memo = self._new_memo()
+            memo = self._new_memo(ref)
             if memo is not None:  # before the precision gate draws its rounds' inputs
                 ref.source.share(memo.secret, correctness_block_rounds(cfg))
             self.precision_gate, self.roofline_counts, self.evidence.precision = set_up_precision(
@@ -408,7 +412,7 @@ class Judge:
             if self.evidence.task_window:
                 self.evidence.task_window["reference_memo"] = (
                     memo.evidence(self.memo_rounds.reused if self.memo_rounds is not None else 0)
-                    if memo is not None else {"off": self._memo_off_reason()})
+                    if memo is not None else {"off": self._memo_off_reason(ref)})
         if result.ok and not self.correctness_only and self.evidence.timing is not None:
             self.evidence.roofline = self._roofline(self.evidence.timing)
         if self.diagnostics.profile_dir and not self.correctness_only:

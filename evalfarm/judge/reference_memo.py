@@ -24,7 +24,9 @@ own and the reference runs every round, as before. The kept outputs are the refe
 (trusted: it runs the task's code only, in a process of its own whose arenas no candidate can
 reach), copied by the judge before the slots are used again; a widened round (the precision
 gate's) is kept under its widening, so a candidate whose gate widens another set of rounds never
-gets an output of other inputs.
+gets an output of other inputs. Only a reference whose two set-up calls on the same inputs gave the
+same outputs bit for bit (``Reference.repeatable``) is kept: one whose output depends on earlier
+calls or on randomness is run for every candidate.
 """
 
 from __future__ import annotations

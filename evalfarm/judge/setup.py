@@ -144,6 +144,10 @@ class Reference:
     tuple_out: bool
     out_struct: list[tuple[tuple[int, ...], torch.dtype]]
     degenerate: str  # evalfarm.tasks.lint's reason, or ""
+    # Its first two calls on the same inputs gave the same outputs, bit for bit: a window may keep
+    # its outputs for later candidates (evalfarm.judge.reference_memo). False for a reference whose
+    # output depends on earlier calls or on randomness, or that is not bitwise repeatable.
+    repeatable: bool = True
 
 
 def set_up_reference(task: Task, profile: str, device: torch.device, task_facts: dict[str, Any],
@@ -173,6 +177,7 @@ def set_up_reference(task: Task, profile: str, device: torch.device, task_facts:
         ref_out, t_ref = memory.measured_call(
             lambda m=ref_model, s=again: ref_call(device, m, s))  # second call: warm
         facts = reference_alias_facts(held, ref_out, again)
+        repeatable = same_outputs(held, ref_out)
         del held, again
         check_ref_output(ref_out)
         tuple_out = isinstance(ref_out, tuple | list)
@@ -193,7 +198,16 @@ def set_up_reference(task: Task, profile: str, device: torch.device, task_facts:
     except Exception:  # noqa: BLE001 - the task itself is broken: not the candidate's fault
         raise Verdicted(Verdict.INFRA_ERROR, "the task failed to run:\n" + traceback.format_exc()[-4000:]) from None
     return Reference(source, memory, init_inputs, weight_seed, t_ref, mutates_inputs, facts, tuple_out,
-                     out_struct, degenerate), ref_model
+                     out_struct, degenerate, repeatable), ref_model
+
+
+def same_outputs(first: Any, second: Any) -> bool:
+    """Whether two calls' outputs are the same tensors bit for bit (a NaN anywhere: not the same;
+    outputs that share storage compare equal, which is what such a reference gives every call)."""
+    a, b = flatten_output(first), flatten_output(second)
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype
+        and bool(torch.equal(x, y)) for x, y in zip(a, b, strict=True))
 
 
 # A correctness-only evaluation (evalfarm.other_sizes' check at another size) pays nothing and
