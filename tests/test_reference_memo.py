@@ -20,7 +20,7 @@ from evalfarm.judge.reference_memo import (
     ReferenceMemo,
     budget_bytes,
 )
-from evalfarm.judge.setup import same_outputs
+from evalfarm.judge.setup import inputs_not_repeatable, same_outputs
 from evalfarm.judge.standby import WarmJudges
 from evalfarm.judge.task_window import WindowSpec
 from evalfarm.scoring import as_candidate, as_task, score
@@ -86,6 +86,22 @@ def test_repeatable_outputs_are_the_same_bit_for_bit():
     assert not same_outputs(x, x.double()) and not same_outputs((x,), (x, x))
     nan = torch.tensor([float("nan")])
     assert not same_outputs(nan, nan.clone())
+
+
+def test_a_task_whose_draws_have_state_of_their_own_is_seen():
+    assert inputs_not_repeatable(InputSource(_module(), "cpu")) == ""
+    counting = _module()
+    drawn = [0]
+
+    def get_inputs():
+        drawn[0] += 1
+        return [torch.rand(32) + drawn[0]]
+
+    counting.get_inputs = get_inputs  # type: ignore[attr-defined]
+    assert "differed from one draw to the next" in inputs_not_repeatable(InputSource(counting, "cpu"))
+    ints = _module()
+    ints.get_inputs = lambda: [torch.rand(4), 7]  # type: ignore[attr-defined]
+    assert inputs_not_repeatable(InputSource(ints, "cpu")) == ""
 
 
 def _window(task, sources, config, build_pool):

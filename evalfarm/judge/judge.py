@@ -79,6 +79,7 @@ from evalfarm.judge.setup import (
     candidate_load,
     cuda_identity,
     device_facts,
+    inputs_not_repeatable,
     reference_load,
     refresh_precision,
     set_up_precision,
@@ -246,16 +247,19 @@ class Judge:
         if not all(w.bubblewrapped for w in (self.link.ref, self.link.cand)):
             return ("the workers are not in bubblewrap, where files may cross from one candidate to the "
                     "next: every candidate draws correctness inputs of its own")
-        if not ref.repeatable:
-            return ("the reference's two set-up calls on the same inputs gave different outputs: its outputs "
-                    "are computed for every candidate")
+        if ref.not_repeatable:
+            return f"{ref.not_repeatable}: the reference runs every round for every candidate"
         return ""
 
-    def _new_memo(self, ref: Reference) -> ReferenceMemo | None:
-        """The window's memo of reference outputs, where it may have one (evalfarm.judge.reference_memo)."""
+    def _new_memo(self, ref: Reference) -> tuple[Reference, ReferenceMemo | None]:
+        """The window's memo of reference outputs, where it may have one (evalfarm.judge.reference_memo),
+        and the reference with what its inputs' repeat check found."""
         if self._memo_off_reason(ref):
-            return None
-        return ReferenceMemo(self.device, self.switches.reference_memo_bytes)
+            return ref, None
+        why = inputs_not_repeatable(ref.source)
+        if why:
+            return dataclasses.replace(ref, not_repeatable=why), None
+        return ref, ReferenceMemo(self.device, self.switches.reference_memo_bytes)
 
     def _phase(self, name: str) -> None:
         """Tell the owner a phase starts (progress for a person watching; never used for the score)."""
@@ -283,7 +287,7 @@ class Judge:
             profile = self.task.resolve_profile(cfg.size_profile, self.device.type)
             ref, ref_model = set_up_reference(self.task, profile, self.device, self.task_facts, self.evidence,
                                               mark, self.correctness_only)
-            memo = self._new_memo(ref)
+            ref, memo = self._new_memo(ref)
             if memo is not None:  # before the precision gate draws its rounds' inputs
                 ref.source.share(memo.secret, correctness_block_rounds(cfg))
             self.precision_gate, self.roofline_counts, self.evidence.precision = set_up_precision(

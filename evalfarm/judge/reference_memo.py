@@ -25,8 +25,10 @@ own and the reference runs every round, as before. The kept outputs are the refe
 reach), copied by the judge before the slots are used again; a widened round (the precision
 gate's) is kept under its widening, so a candidate whose gate widens another set of rounds never
 gets an output of other inputs. Only a reference whose two set-up calls on the same inputs gave the
-same outputs bit for bit (``Reference.repeatable``) is kept: one whose output depends on earlier
-calls or on randomness is run for every candidate.
+same outputs bit for bit, and whose inputs for one round drawn twice were the same
+(``Reference.not_repeatable``, ``evalfarm.judge.setup.inputs_not_repeatable``), is kept: one whose
+output depends on earlier calls or on randomness, or a get_inputs with state of its own, is run for
+every candidate.
 """
 
 from __future__ import annotations

@@ -144,10 +144,11 @@ class Reference:
     tuple_out: bool
     out_struct: list[tuple[tuple[int, ...], torch.dtype]]
     degenerate: str  # evalfarm.tasks.lint's reason, or ""
-    # Its first two calls on the same inputs gave the same outputs, bit for bit: a window may keep
-    # its outputs for later candidates (evalfarm.judge.reference_memo). False for a reference whose
-    # output depends on earlier calls or on randomness, or that is not bitwise repeatable.
-    repeatable: bool = True
+    # Why a window may not keep its outputs for later candidates (evalfarm.judge.reference_memo):
+    # its first two calls on the same inputs gave different outputs (an output that depends on
+    # earlier calls or on randomness, or is not bitwise repeatable), or the task's inputs drawn
+    # twice for one round differed (``inputs_not_repeatable``); "" where neither was seen.
+    not_repeatable: str = ""
 
 
 def set_up_reference(task: Task, profile: str, device: torch.device, task_facts: dict[str, Any],
@@ -177,7 +178,8 @@ def set_up_reference(task: Task, profile: str, device: torch.device, task_facts:
         ref_out, t_ref = memory.measured_call(
             lambda m=ref_model, s=again: ref_call(device, m, s))  # second call: warm
         facts = reference_alias_facts(held, ref_out, again)
-        repeatable = same_outputs(held, ref_out)
+        not_repeatable = "" if same_outputs(held, ref_out) else (
+            "the reference's two set-up calls on the same inputs gave different outputs")
         del held, again
         check_ref_output(ref_out)
         tuple_out = isinstance(ref_out, tuple | list)
@@ -198,7 +200,26 @@ def set_up_reference(task: Task, profile: str, device: torch.device, task_facts:
     except Exception:  # noqa: BLE001 - the task itself is broken: not the candidate's fault
         raise Verdicted(Verdict.INFRA_ERROR, "the task failed to run:\n" + traceback.format_exc()[-4000:]) from None
     return Reference(source, memory, init_inputs, weight_seed, t_ref, mutates_inputs, facts, tuple_out,
-                     out_struct, degenerate, repeatable), ref_model
+                     out_struct, degenerate, not_repeatable), ref_model
+
+
+# The input indices drawn to see whether the task's draws depend on anything but their seed: never
+# a round's (0, 1, ...), the set-up's (-1 to -3) or the diagnostics' (-4, -5).
+REPEAT_CHECK_INDICES = (-6, -7)
+
+
+def inputs_not_repeatable(source: InputSource) -> str:
+    """Why the task's inputs for one round may differ from one draw to the next ("" where round
+    ``REPEAT_CHECK_INDICES[0]`` drawn, then another round, then it again, gave the same values):
+    a get_inputs with state of its own (a counter, a cache) would give a later candidate of a
+    window other inputs than the reference outputs kept for that round."""
+    first = source.inputs(REPEAT_CHECK_INDICES[0])
+    source.inputs(REPEAT_CHECK_INDICES[1])
+    again = source.inputs(REPEAT_CHECK_INDICES[0])
+    same = len(first) == len(again) and all(
+        same_outputs(a, b) if isinstance(a, torch.Tensor) else (type(a) is type(b) and a == b)
+        for a, b in zip(first, again, strict=True))
+    return "" if same else "the task's inputs for one round differed from one draw to the next"
 
 
 def same_outputs(first: Any, second: Any) -> bool:
