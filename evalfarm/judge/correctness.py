@@ -151,12 +151,15 @@ def run_block(link: Link, bounds: Bounds, cfg: ScoreConfig, plans: list[RoundPla
         call_ns[role] = sum(res["t"] for res in results[role])
         leftover_ns[role] = go_ns - call_ns[role]
         link.phases["rounds_calls"] += call_ns[role] / 1e9
+        if role == REFERENCE:
+            for k, plan in enumerate(ran):
+                plan.times[REFERENCE] = results[REFERENCE][k]
+            if memo is not None:  # kept at once: a candidate that fails in this block spoils nothing
+                memo.keep(ran)
     if len(ran) == len(plans):
         block_log.add(first, len(plans), call_ns, leftover_ns)
     elif not ran:  # the reference's rounds were all kept: the candidate's figures alone
         block_log.add(CANDIDATE, len(plans), call_ns, leftover_ns)
-    for k, plan in enumerate(ran):
-        plan.times[REFERENCE] = results[REFERENCE][k]
     for k, plan in enumerate(plans):  # in round order, as lone calls are checked
         plan.times[CANDIDATE] = results[CANDIDATE][k]
         t_cand = plan.times[CANDIDATE]["t"]
@@ -166,8 +169,6 @@ def run_block(link: Link, bounds: Bounds, cfg: ScoreConfig, plans: list[RoundPla
                 f"per-call bound of {bounds.call_limit_s():.3g} s ({cfg.timeout_factor:g}x the reference's "
                 f"{bounds.t_ref_est * 1e3:.3f} ms, at least {cfg.min_call_timeout_s:g} s)"))
         bounds.note_reference_call(plan.times[REFERENCE]["t"])
-    if memo is not None and ran:
-        memo.keep(ran)
 
 
 def run_block_calls(link: Link, role: str, plans: list[RoundPlan], per_call: float,
