@@ -12,18 +12,25 @@
 # KB_ROOT=.kb takes the stream's KernelBench tasks from that checkout (bench_daemon --kernelbench-root).
 # WINDOWS="1 16" runs each setting once per daemon --task-window value (1: a judge per evaluation),
 # into $OUT/warm<N>-window<W>/; RESCORE and REPEATS set bench_daemon --rescore/--repeats (default 3, 3).
+# MEMOS="0 default" runs each setting with a window's kept reference outputs off, then at their default
+# budget (EVALFARM_REFERENCE_MEMO_MB; a number of MiB also works), into $OUT/...-memo<M>/. They are
+# kept only where the workers run in bubblewrap: carry .bin/bwrap where the host has none (it is put
+# on PATH here), and each run's "Task windows" line says how many rounds were checked against kept
+# outputs, or why none were.
 set -uo pipefail
 n=${1:-80}
 g=${2:-8}
 limit=${3:-270}
 settings=${4:-"0 1"}
 source benchmarks/gpu_env.sh
+if ! command -v bwrap >/dev/null 2>&1 && [[ -x .bin/bwrap ]]; then export PATH=$PWD/.bin:$PATH; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/gpu.txt"
 dirs=()
 for w in $settings; do
   for b in ${BLOCKS:-""}; do
    for win in ${WINDOWS:-""}; do
-    dir="$OUT/warm$w${b:+-blocks-$b}${win:+-window$win}"
+    for memo in ${MEMOS:-""}; do
+    dir="$OUT/warm$w${b:+-blocks-$b}${win:+-window$win}${memo:+-memo$memo}"
     dirs+=("$dir")
     mkdir -p "$dir"
     flag=(); [[ $b == off ]] && flag=(--no-correctness-block)
@@ -35,10 +42,12 @@ for w in $settings; do
     [[ -n ${INPUTS:-} ]] && flag+=(--inputs "$INPUTS")
     # A benchmark of speed, not of isolation: it runs where the host has no bubblewrap too (its
     # results' evidence.sandbox says which sandbox was in force).
-    timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
+    memo_env=(); [[ -n $memo && $memo != default ]] && memo_env=(EVALFARM_REFERENCE_MEMO_MB="$memo")
+    env "${memo_env[@]}" timeout "$limit" python3 -m evalfarm.bench_daemon --device cuda --candidates "$n" --group "$g" \
       --rescore "${RESCORE:-3}" --repeats "${REPEATS:-3}" --warm-judges "$w" "${flag[@]}" --allow-weak-sandbox \
       --out "$dir" > "$dir/bench_daemon.log" 2>&1
-    echo "bench-daemon --warm-judges $w ${flag[*]} exit code: $?" | tee -a "$OUT/gpu.txt"
+    echo "bench-daemon --warm-judges $w ${flag[*]} ${memo_env[*]} exit code: $?" | tee -a "$OUT/gpu.txt"
+    done
    done
   done
 done
