@@ -40,6 +40,7 @@ from evalfarm.judge.quiet import QuietProbe
 from evalfarm.judge.roles import REFERENCE
 from evalfarm.judge.round_trace import RoundTrace
 from evalfarm.judge.rounds import RoundPlan, int_field, write_inputs
+from evalfarm.judge.switch_env import mebibytes
 from evalfarm.judge.worker_processes import WorkerHandle
 
 # Preparation ahead: a worker prepares its next call (poisoning, L2 reset, synchronisation) right
@@ -101,12 +102,7 @@ def judge_spin_s(setting: str, device_type: str) -> float:
 def arena_budget_bytes(setting: str) -> int:
     """ARENA_BUDGET_ENV in bytes: 0 where unset (the default budget); a setting that is not a
     positive number of MiB is an error the operator sees at once."""
-    setting = setting.strip()
-    if not setting:
-        return 0
-    if not setting.isdigit() or int(setting) <= 0:
-        raise ValueError(f"{ARENA_BUDGET_ENV}={setting!r}: want a positive number of MiB")
-    return int(setting) << 20
+    return mebibytes(ARENA_BUDGET_ENV, setting, 0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ reference's outputs of those rounds are then the same too, so the judge keeps a 
 (``keep``), within a memory budget (the device's first, at most ``DEVICE_SHARE`` of a GPU's memory,
 then page-locked host memory on a GPU),
 and for a later candidate the reference worker runs only the block rounds it holds no copy of
-(``missing``); the candidate's outputs are compared with the kept copy exactly as with the
+(``MemoRounds.split``); the candidate's outputs are compared with the kept copy exactly as with the
 reference worker's (``RoundAudit.outputs``). Beyond the budget, rounds are run by the reference
 as before. What is never shared: the warm-up rounds before the blocks, the timed rounds (each
 candidate's own secret: fresh inputs, and the reference timed beside the candidate in every
@@ -42,6 +42,8 @@ import torch
 
 from evalfarm.compare import flatten_output
 from evalfarm.judge.roles import REFERENCE
+from evalfarm.judge.roofline import tensor_bytes
+from evalfarm.judge.switch_env import mebibytes
 
 if TYPE_CHECKING:
     from evalfarm.judge.inputs import InputSource
@@ -60,16 +62,7 @@ DEVICE_SHARE = 1 / 16
 def budget_bytes(setting: str) -> int:
     """REFERENCE_MEMO_ENV in bytes: the default where unset, 0 for "0" (off); anything else that is
     not a non-negative integer of MiB is an error the operator sees at once."""
-    setting = setting.strip()
-    if not setting:
-        return DEFAULT_BUDGET_BYTES
-    if not setting.isdigit():
-        raise ValueError(f"{REFERENCE_MEMO_ENV}={setting!r}: want a number of MiB (0: off)")
-    return int(setting) << 20
-
-
-def _nbytes(values: list[torch.Tensor]) -> int:
-    return sum(v.numel() * v.element_size() for v in values)
+    return mebibytes(REFERENCE_MEMO_ENV, setting, DEFAULT_BUDGET_BYTES, zero_means="off")
 
 
 @dataclasses.dataclass
@@ -95,14 +88,9 @@ class ReferenceMemo:
         self.device_bytes = 0
         self.host_bytes = 0
         self._kept: dict[tuple[int, str], Kept] = {}
-        self.reused = 0  # rounds whose reference call a later candidate was spared, over the window
-
-    @staticmethod
-    def key(r: int, widening: str) -> tuple[int, str]:
-        return (r, widening)
 
     def get(self, r: int, widening: str) -> Kept | None:
-        return self._kept.get(self.key(r, widening))
+        return self._kept.get((r, widening))
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -111,11 +99,11 @@ class ReferenceMemo:
         """A copy of round ``r``'s reference outputs, where the budget has room (device memory first,
         then page-locked host memory on a GPU); False where it has none (the round stays the
         reference's to run). Outputs that are not tensors are never kept."""
-        if self.key(r, widening) in self._kept:
+        if (r, widening) in self._kept:
             return False
         if not outputs or not all(isinstance(v, torch.Tensor) for v in outputs):
             return False
-        size = _nbytes(outputs)
+        size = tensor_bytes(outputs)
         if self.device_bytes + size <= self.device_budget:
             copies = [v.clone() for v in outputs]
             self.device_bytes += size
@@ -126,7 +114,7 @@ class ReferenceMemo:
             on_host = True
         else:
             return False
-        self._kept[self.key(r, widening)] = Kept(copies, {k: v for k, v in times.items() if k == "t"}, on_host)
+        self._kept[r, widening] = Kept(copies, {k: v for k, v in times.items() if k == "t"}, on_host)
         return True
 
     def outputs_on_device(self, kept: Kept) -> list[torch.Tensor]:
@@ -171,7 +159,6 @@ class MemoRounds:
             plan.kept_reference = tuple(outputs) if self.tuple_out else outputs[0]
             plan.times[REFERENCE] = dict(kept.times)
             self.reused += 1
-        self.memo.reused += len(plans) - len(run)
         return run
 
     def keep(self, ran: list[RoundPlan]) -> None:
